@@ -1,0 +1,83 @@
+//! The process-wide sampler behind `start()` and `stop()`.
+//!
+//! There is one sampler per process however many JS environments (main
+//! thread, worker_threads) load the addon: it samples every thread, so two
+//! would only sample each other. Any environment may start it and any may
+//! stop it. Statistics live outside the control lock so that `stats()` never
+//! waits for a `stop()` in progress.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use crate::core::backend::Backend;
+use crate::core::error::{ErrorCode, SamplerError};
+use crate::core::options::SamplerOptions;
+use crate::core::sampler::{Recording, RunningSampler, Shared};
+use crate::core::stats::StatsSnapshot;
+use crate::platform;
+
+static RUNNING: Mutex<Option<RunningSampler>> = Mutex::new(None);
+static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
+
+fn shared() -> &'static Arc<Shared> {
+    SHARED.get_or_init(|| {
+        let s = Shared::default();
+        s.native_unwinding.store(true, Relaxed);
+        Arc::new(s)
+    })
+}
+
+fn running() -> MutexGuard<'static, Option<RunningSampler>> {
+    RUNNING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
+    let mut slot = running();
+    if slot.is_some() {
+        return Err(SamplerError::new(ErrorCode::Again, "the sampler is already running; call stop() first"));
+    }
+    crate::core::critical::enable_from_env();
+    let backend = platform::new_backend()?;
+    *slot = Some(RunningSampler::spawn(backend, options, shared().clone())?);
+    Ok(())
+}
+
+pub fn stop() -> Result<Recording, SamplerError> {
+    let sampler = running()
+        .take()
+        .ok_or_else(|| SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"))?;
+    Ok(sampler.stop())
+}
+
+pub fn is_running() -> bool {
+    running().is_some()
+}
+
+/// The options of the running session.
+pub fn current_options() -> Option<SamplerOptions> {
+    running().as_ref().map(|r| r.options)
+}
+
+pub fn stats() -> StatsSnapshot {
+    let s = shared();
+    s.stats.snapshot(s.registry.len() as u64)
+}
+
+/// Threads currently known. While sampling this is the sampler's registry;
+/// otherwise the platform is asked directly.
+pub fn thread_count() -> Result<usize, SamplerError> {
+    if is_running() {
+        return Ok(shared().registry.len());
+    }
+    let mut backend = platform::new_backend()?;
+    backend.refresh_threads(&shared().registry, false);
+    Ok(shared().registry.len())
+}
+
+pub fn set_native_unwinding(on: bool) {
+    shared().native_unwinding.store(on, Relaxed);
+}
+
+pub fn native_unwinding() -> bool {
+    shared().native_unwinding.load(Relaxed)
+}

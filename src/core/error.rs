@@ -1,0 +1,58 @@
+//! Errors the sampler reports, with the errno-style codes of the seed
+//! contract. The JS binding turns each into an `Error` whose `code` is the
+//! code's name.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// Invalid argument.
+    Inval,
+    /// The sampler is already running.
+    Again,
+    /// The sampler is not running.
+    Srch,
+    /// Out of memory, or a thread could not be created.
+    NoMem,
+    /// The platform cannot sample here (for example under Rosetta).
+    NotSup,
+    /// A resource (such as a free real-time signal) is in use.
+    Busy,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Inval => "EINVAL",
+            ErrorCode::Again => "EAGAIN",
+            ErrorCode::Srch => "ESRCH",
+            ErrorCode::NoMem => "ENOMEM",
+            ErrorCode::NotSup => "ENOTSUP",
+            ErrorCode::Busy => "EBUSY",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SamplerError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl SamplerError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        SamplerError { code, message: message.into() }
+    }
+
+    pub fn inval(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Inval, message)
+    }
+}
+
+impl fmt::Display for SamplerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for SamplerError {}

@@ -1,0 +1,97 @@
+//! Sampler options and their validation.
+//!
+//! Ranges are checked here, once, for every caller (JS API, CLI, tests).
+//! Out-of-range values are errors that name the valid range; nothing is
+//! clamped.
+
+use super::error::SamplerError;
+
+pub const INTERVAL_MS_MIN: u64 = 1;
+pub const INTERVAL_MS_MAX: u64 = 1000;
+pub const INTERVAL_MS_DEFAULT: u64 = 10;
+pub const MAX_STACK_DEPTH_MIN: usize = 1;
+pub const MAX_STACK_DEPTH_MAX: usize = 1024;
+pub const MAX_STACK_DEPTH_DEFAULT: usize = 128;
+pub const BUFFER_SAMPLES_MIN: usize = 1;
+pub const BUFFER_SAMPLES_MAX: usize = 100_000_000;
+/// 1 M samples: 100 s of 100 threads at 100 Hz. Reserved, not resident.
+pub const BUFFER_SAMPLES_DEFAULT: usize = 1_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplerOptions {
+    pub interval_ns: u64,
+    pub max_stack_depth: usize,
+    pub native_unwinding: bool,
+    pub buffer_samples: usize,
+    /// Carry an idle thread's previous stack forward instead of stopping it.
+    pub idle_skip: bool,
+}
+
+impl Default for SamplerOptions {
+    fn default() -> Self {
+        SamplerOptions {
+            interval_ns: INTERVAL_MS_DEFAULT * 1_000_000,
+            max_stack_depth: MAX_STACK_DEPTH_DEFAULT,
+            native_unwinding: true,
+            buffer_samples: BUFFER_SAMPLES_DEFAULT,
+            idle_skip: true,
+        }
+    }
+}
+
+/// Checks that `value` is an integer in `[min, max]`; `what` names it.
+pub fn integer_in_range(what: &str, value: f64, min: u64, max: u64) -> Result<u64, SamplerError> {
+    let ok = value.is_finite() && value.fract() == 0.0 && value >= min as f64 && value <= max as f64;
+    if ok {
+        Ok(value as u64)
+    } else {
+        Err(SamplerError::inval(format!("{what} must be an integer from {min} to {max}, got {value}")))
+    }
+}
+
+impl SamplerOptions {
+    pub fn with_interval_ms(mut self, ms: f64) -> Result<Self, SamplerError> {
+        self.interval_ns = integer_in_range("intervalMs", ms, INTERVAL_MS_MIN, INTERVAL_MS_MAX)? * 1_000_000;
+        Ok(self)
+    }
+
+    pub fn with_max_stack_depth(mut self, depth: f64) -> Result<Self, SamplerError> {
+        self.max_stack_depth =
+            integer_in_range("maxStackDepth", depth, MAX_STACK_DEPTH_MIN as u64, MAX_STACK_DEPTH_MAX as u64)? as usize;
+        Ok(self)
+    }
+
+    pub fn with_buffer_samples(mut self, n: f64) -> Result<Self, SamplerError> {
+        self.buffer_samples =
+            integer_in_range("bufferSamples", n, BUFFER_SAMPLES_MIN as u64, BUFFER_SAMPLES_MAX as u64)? as usize;
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::error::ErrorCode;
+
+    #[test]
+    fn accepts_the_range_ends() {
+        let o = SamplerOptions::default().with_interval_ms(1.0).unwrap().with_max_stack_depth(1024.0).unwrap();
+        assert_eq!(o.interval_ns, 1_000_000);
+        assert_eq!(o.max_stack_depth, 1024);
+        assert_eq!(SamplerOptions::default().with_interval_ms(1000.0).unwrap().interval_ns, 1_000_000_000);
+    }
+
+    #[test]
+    fn rejects_without_clamping() {
+        for bad in [0.0, 0.5, 2000.0, f64::NAN, f64::INFINITY, -1.0, 1001.0] {
+            let e = SamplerOptions::default().with_interval_ms(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Inval);
+            assert!(e.message.contains("1 to 1000"), "{}", e.message);
+        }
+        for bad in [0.0, -5.0, 1025.0, 3.5] {
+            let e = SamplerOptions::default().with_max_stack_depth(bad).unwrap_err();
+            assert!(e.message.contains("1 to 1024"), "{}", e.message);
+        }
+        assert!(SamplerOptions::default().with_buffer_samples(0.0).is_err());
+    }
+}

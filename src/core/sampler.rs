@@ -1,0 +1,586 @@
+//! The sampler thread: one per process, shared by every caller.
+//!
+//! Each tick it refreshes the thread list (at most every
+//! `REFRESH_PERIOD_NS`), collects captures the backend finished since the
+//! last tick, applies the idle rule, and asks the backend to capture the
+//! rest. Ticks follow absolute deadlines; when the loop falls behind it skips
+//! the missed ticks (counted in `ticksMissed`) instead of bursting to catch
+//! up, so a stall never produces a clump of samples.
+//!
+//! The idle rule: a thread whose CPU time has not advanced since its last
+//! sample is not stopped again; its previous stack is recorded once more,
+//! marked idle. Blocked threads are then not interrupted at all, and the cost
+//! of a tick grows with the number of running threads, not all threads.
+
+use std::collections::hash_map::Entry;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use rustc_hash::FxHashMap;
+
+use super::backend::{Backend, Capture, CaptureConfig, CapturedStack};
+use super::buffer::{SampleBuffer, SampleRecord};
+use super::error::{ErrorCode, SamplerError};
+use super::options::SamplerOptions;
+use super::registry::{ThreadEntry, ThreadRegistry};
+use super::stacks::StackTable;
+use super::stats::{Stats, StatsSnapshot};
+use super::walker::WalkEnd;
+
+/// How often the thread list is refreshed at most.
+pub const REFRESH_PERIOD_NS: u64 = 20_000_000;
+/// How often names are re-read (threads rename themselves after start).
+pub const FULL_REFRESH_PERIOD_NS: u64 = 1_000_000_000;
+/// Longest single sleep, so `stop()` is served promptly at long intervals.
+pub const MAX_SLEEP_NS: u64 = 20_000_000;
+/// How long `stop()` waits for captures still in flight.
+pub const FINISH_TIMEOUT_NS: u64 = 50_000_000;
+
+/// State shared between the sampler thread and the rest of the process.
+#[derive(Default)]
+pub struct Shared {
+    pub stats: Stats,
+    pub registry: ThreadRegistry,
+    pub native_unwinding: AtomicBool,
+}
+
+/// Absolute-deadline tick schedule with skip-ahead catch-up.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    pub next_ns: u64,
+    pub interval_ns: u64,
+}
+
+impl Schedule {
+    pub fn new(now_ns: u64, interval_ns: u64) -> Self {
+        Schedule { next_ns: now_ns + interval_ns, interval_ns }
+    }
+
+    /// Advances past a tick that ran at `now_ns`. Returns how many ticks
+    /// were skipped because the loop fell behind.
+    pub fn advance(&mut self, now_ns: u64) -> u64 {
+        self.next_ns += self.interval_ns;
+        if self.next_ns > now_ns {
+            return 0;
+        }
+        let behind = now_ns - self.next_ns;
+        let skipped = behind / self.interval_ns + 1;
+        self.next_ns += skipped * self.interval_ns;
+        skipped
+    }
+}
+
+/// A thread as it appears in the profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadRecord {
+    pub tid: u64,
+    pub name: String,
+    pub is_main: bool,
+}
+
+/// Everything one start/stop session recorded.
+#[derive(Debug)]
+pub struct Recording {
+    pub threads: Vec<ThreadRecord>,
+    pub samples: SampleBuffer,
+    pub stacks: StackTable,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub interval_ns: u64,
+    /// Wall-clock time at `start_ns`, milliseconds since the Unix epoch.
+    pub start_wall_ms: f64,
+    pub stats: StatsSnapshot,
+}
+
+struct ThreadState {
+    index: u32,
+    last_cpu_ns: Option<u64>,
+    last_stack: Option<u32>,
+    /// CPU time used since the last recorded sample.
+    cpu_delta_ns: u64,
+}
+
+/// The sampler thread's working state.
+struct Session<'a> {
+    shared: &'a Shared,
+    samples: SampleBuffer,
+    stacks: StackTable,
+    threads: Vec<ThreadRecord>,
+    state: FxHashMap<u64, ThreadState>,
+    /// Scratch for a leaf-only stack when native unwinding is off.
+    leaf: [u64; 1],
+}
+
+impl<'a> Session<'a> {
+    fn new(shared: &'a Shared, options: &SamplerOptions) -> Self {
+        Session {
+            shared,
+            samples: SampleBuffer::with_capacity(options.buffer_samples),
+            // A node per sample frame at worst; more than that cannot be
+            // referenced anyway.
+            stacks: StackTable::new(options.buffer_samples.saturating_mul(options.max_stack_depth.min(64))),
+            threads: Vec::new(),
+            state: FxHashMap::default(),
+            leaf: [0],
+        }
+    }
+
+    /// Adds threads that appeared, forgets ones that left, refreshes names.
+    fn sync_threads(&mut self, live: &[ThreadEntry]) {
+        for e in live {
+            match self.state.entry(e.tid) {
+                Entry::Occupied(o) => {
+                    let rec = &mut self.threads[o.get().index as usize];
+                    let name = e.name.as_bytes();
+                    if rec.name.as_bytes() != name && !name.is_empty() {
+                        rec.name = e.name.to_string_lossy();
+                    }
+                }
+                Entry::Vacant(v) => {
+                    v.insert(ThreadState {
+                        index: self.threads.len() as u32,
+                        last_cpu_ns: None,
+                        last_stack: None,
+                        cpu_delta_ns: 0,
+                    });
+                    self.threads.push(ThreadRecord { tid: e.tid, name: e.name.to_string_lossy(), is_main: e.is_main });
+                }
+            }
+        }
+        if self.state.len() > live.len() {
+            self.state.retain(|tid, _| live.iter().any(|e| e.tid == *tid));
+        }
+    }
+
+    fn push(&mut self, rec: SampleRecord) {
+        let stats = &self.shared.stats;
+        match self.samples.push(rec) {
+            Ok(()) => stats.samples_captured.fetch_add(1, Relaxed),
+            Err(_) => stats.samples_dropped.fetch_add(1, Relaxed),
+        };
+    }
+
+    fn on_capture(&mut self, capture: Capture<'_>) {
+        let stats = &self.shared.stats;
+        match capture {
+            Capture::Skipped { .. } => {
+                stats.threads_skipped.fetch_add(1, Relaxed);
+            }
+            Capture::Stack(c) => self.on_stack(c),
+        }
+    }
+
+    fn on_stack(&mut self, c: CapturedStack<'_>) {
+        let stats = &self.shared.stats;
+        stats.record_suspend(c.stopped_ns);
+        if let Some(d) = c.delivery_ns {
+            stats.delivery_hist.record(d);
+        }
+        if c.walk_error {
+            stats.walk_errors.fetch_add(1, Relaxed);
+        }
+        match c.end {
+            WalkEnd::Truncated => stats.truncated_stacks.fetch_add(1, Relaxed),
+            WalkEnd::Complete if c.frames.len() > 1 => stats.stack_reaches_root.fetch_add(1, Relaxed),
+            _ => 0,
+        };
+        let Some(st) = self.state.get_mut(&c.tid) else {
+            // The thread left the list between request and capture; its
+            // stack is still a true sample of it, but we no longer have a
+            // slot, so count it as skipped.
+            stats.threads_skipped.fetch_add(1, Relaxed);
+            return;
+        };
+        let frames = if self.shared.native_unwinding.load(Relaxed) {
+            c.frames
+        } else {
+            self.leaf[0] = c.frames.first().copied().unwrap_or(0);
+            &self.leaf[..]
+        };
+        let (index, cpu_delta_ns) = (st.index, std::mem::take(&mut st.cpu_delta_ns));
+        match self.stacks.intern(frames) {
+            Ok(stack) => {
+                st.last_stack = Some(stack);
+                self.push(SampleRecord { thread: index, time_ns: c.time_ns, stack, idle: false, cpu_delta_ns });
+            }
+            Err(_) => {
+                stats.samples_dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Runs the sampling loop until a message arrives on `stop` (or the sender
+/// is dropped). Returns what was recorded.
+pub fn run<B: Backend>(mut backend: B, options: SamplerOptions, shared: &Shared, stop: Receiver<()>) -> Recording {
+    let stats = &shared.stats;
+    backend.prepare_sampler_thread();
+    let own_tid = backend.current_tid();
+    let idle_threshold = backend.idle_cpu_threshold_ns();
+    let mut session = Session::new(shared, &options);
+    let mut live: Vec<ThreadEntry> = Vec::with_capacity(64);
+    let mut batch: Vec<ThreadEntry> = Vec::with_capacity(64);
+
+    let start_ns = backend.now_ns();
+    let start_wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0);
+    let mut schedule = Schedule::new(start_ns, options.interval_ns);
+    let mut last_refresh: Option<u64> = None;
+    let mut last_full_refresh = start_ns;
+
+    loop {
+        match stop.try_recv() {
+            Ok(()) | Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {}
+        }
+        let now = backend.now_ns();
+        if now < schedule.next_ns {
+            backend.sleep_until(schedule.next_ns.min(now + MAX_SLEEP_NS));
+            continue;
+        }
+
+        // One tick.
+        stats.ticks.fetch_add(1, Relaxed);
+        if last_refresh.is_none_or(|t| now - t >= REFRESH_PERIOD_NS) {
+            let full = last_refresh.is_none() || now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
+            if full {
+                last_full_refresh = now;
+            }
+            backend.refresh_threads(&shared.registry, full);
+            shared.registry.snapshot(&mut live);
+            live.retain(|e| e.tid != own_tid);
+            session.sync_threads(&live);
+            last_refresh = Some(now);
+        }
+
+        backend.collect(&mut |c| session.on_capture(c));
+
+        batch.clear();
+        for entry in &live {
+            let cpu = match backend.thread_cpu_ns(entry) {
+                Ok(cpu) => cpu,
+                Err(_) => {
+                    stats.threads_skipped.fetch_add(1, Relaxed);
+                    continue;
+                }
+            };
+            let Some(st) = session.state.get_mut(&entry.tid) else { continue };
+            let advanced = match (cpu, st.last_cpu_ns) {
+                (Some(now_cpu), Some(before)) => {
+                    let delta = now_cpu.saturating_sub(before);
+                    st.cpu_delta_ns += delta;
+                    delta > idle_threshold || now_cpu < before
+                }
+                _ => true,
+            };
+            if cpu.is_some() {
+                st.last_cpu_ns = cpu;
+            }
+            match st.last_stack {
+                Some(stack) if options.idle_skip && !advanced => {
+                    let cpu_delta_ns = std::mem::take(&mut st.cpu_delta_ns);
+                    let rec = SampleRecord { thread: st.index, time_ns: now, stack, idle: true, cpu_delta_ns };
+                    stats.idle_samples.fetch_add(1, Relaxed);
+                    session.push(rec);
+                }
+                _ => batch.push(*entry),
+            }
+        }
+        let cfg = CaptureConfig {
+            max_depth: options.max_stack_depth,
+            native_unwinding: shared.native_unwinding.load(Relaxed),
+        };
+        if !batch.is_empty() {
+            backend.request(&batch, cfg, &mut |c| session.on_capture(c));
+        }
+        stats.sampler_cpu_ns.store(backend.own_cpu_ns(), Relaxed);
+
+        let skipped = schedule.advance(backend.now_ns());
+        if skipped > 0 {
+            stats.ticks_missed.fetch_add(skipped, Relaxed);
+        }
+    }
+
+    backend.finish(FINISH_TIMEOUT_NS, &mut |c| session.on_capture(c));
+    // Names may have been set after the threads were first seen.
+    backend.refresh_threads(&shared.registry, true);
+    shared.registry.snapshot(&mut live);
+    live.retain(|e| e.tid != own_tid);
+    session.sync_threads(&live);
+    stats.sampler_cpu_ns.store(backend.own_cpu_ns(), Relaxed);
+
+    let end_ns = backend.now_ns();
+    Recording {
+        threads: session.threads,
+        samples: session.samples,
+        stacks: session.stacks,
+        start_ns,
+        end_ns,
+        interval_ns: options.interval_ns,
+        start_wall_ms,
+        stats: stats.snapshot(shared.registry.len() as u64),
+    }
+}
+
+/// A running sampler thread.
+pub struct RunningSampler {
+    stop: Sender<()>,
+    handle: JoinHandle<Recording>,
+    pub options: SamplerOptions,
+}
+
+impl RunningSampler {
+    /// Starts the sampler thread. All signals are blocked in it, so
+    /// process-directed signals (SIGINT, SIGTERM, ...) go to the app's
+    /// threads and never interrupt sampling.
+    pub fn spawn<B: Backend + 'static>(
+        backend: B,
+        options: SamplerOptions,
+        shared: Arc<Shared>,
+    ) -> Result<RunningSampler, SamplerError> {
+        shared.stats.reset();
+        shared.native_unwinding.store(options.native_unwinding, Relaxed);
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+        let spawn = || {
+            std::thread::Builder::new()
+                .name("machsampler".into())
+                .spawn(move || run(backend, options, &shared, stop_rx))
+        };
+        let handle = with_signals_blocked(spawn)
+            .map_err(|e| SamplerError::new(ErrorCode::NoMem, format!("cannot create the sampler thread: {e}")))?;
+        Ok(RunningSampler { stop: stop_tx, handle, options })
+    }
+
+    /// Stops the thread and returns the recording. Every thread the backend
+    /// stopped has been resumed when this returns.
+    pub fn stop(self) -> Recording {
+        let _ = self.stop.send(());
+        match self.handle.join() {
+            Ok(rec) => rec,
+            // The loop does not panic; if it ever did, resume the panic here
+            // rather than invent an empty profile.
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+/// Runs `f` with every blockable signal blocked in the calling thread, so a
+/// thread it creates starts with them blocked.
+fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain data; sigfillset initialises it, and
+    // pthread_sigmask only changes the calling thread's mask, which is
+    // restored before returning.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let out = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::backend::{SkipReason, ThreadGone};
+    use crate::core::registry::ThreadName;
+    use crate::core::walker::StackBounds;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::Mutex;
+
+    #[test]
+    fn schedule_keeps_absolute_deadlines() {
+        let mut s = Schedule::new(0, 10);
+        assert_eq!(s.next_ns, 10);
+        // Late by less than an interval: no skip, no drift.
+        assert_eq!(s.advance(13), 0);
+        assert_eq!(s.next_ns, 20);
+        assert_eq!(s.advance(20), 0);
+        assert_eq!(s.next_ns, 30);
+    }
+
+    #[test]
+    fn schedule_skips_instead_of_bursting() {
+        let mut s = Schedule::new(0, 10);
+        // The tick due at 10 ran at 55: ticks 20..50 are gone.
+        assert_eq!(s.advance(55), 4);
+        assert_eq!(s.next_ns, 60);
+        assert_eq!(s.advance(60), 0);
+        assert_eq!(s.next_ns, 70);
+        // Exactly on a boundary counts that boundary as missed.
+        assert_eq!(s.advance(80), 1);
+        assert_eq!(s.next_ns, 90);
+    }
+
+    /// A scripted backend with a fake clock: threads have fixed stacks and
+    /// a CPU clock the test controls.
+    struct FakeBackend {
+        clock: Arc<AtomicU64>,
+        threads: Arc<Mutex<Vec<(u64, bool)>>>, // (tid, alive)
+        cpu: Arc<Mutex<FxHashMap<u64, u64>>>,
+        requests: Arc<AtomicU64>,
+        stack: [u64; 3],
+        ticks_left: Arc<AtomicU64>,
+        stop_tx: Sender<()>,
+    }
+
+    impl Backend for FakeBackend {
+        fn now_ns(&self) -> u64 {
+            self.clock.load(SeqCst)
+        }
+        fn sleep_until(&self, deadline_ns: u64) {
+            self.clock.fetch_max(deadline_ns, SeqCst);
+        }
+        fn refresh_threads(&mut self, registry: &ThreadRegistry, _full: bool) {
+            for &(tid, alive) in self.threads.lock().unwrap().iter() {
+                if alive && !registry.contains(tid) {
+                    registry.add(ThreadEntry::new(tid, tid, ThreadName::from_bytes(b"t"), StackBounds::EMPTY));
+                } else if !alive {
+                    registry.mark_removed(tid);
+                }
+            }
+        }
+        fn thread_cpu_ns(&mut self, t: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
+            let alive = self.threads.lock().unwrap().iter().any(|&(tid, a)| tid == t.tid && a);
+            if !alive {
+                return Err(ThreadGone);
+            }
+            Ok(self.cpu.lock().unwrap().get(&t.tid).copied())
+        }
+        fn own_cpu_ns(&self) -> u64 {
+            0
+        }
+        fn current_tid(&self) -> u64 {
+            999
+        }
+        fn collect(&mut self, _sink: &mut dyn FnMut(Capture<'_>)) {}
+        fn request(&mut self, threads: &[ThreadEntry], _cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
+            for t in threads {
+                self.requests.fetch_add(1, SeqCst);
+                if t.tid == 3 {
+                    sink(Capture::Skipped { tid: 3, reason: SkipReason::Gone });
+                    continue;
+                }
+                sink(Capture::Stack(CapturedStack {
+                    tid: t.tid,
+                    time_ns: self.now_ns(),
+                    frames: &self.stack,
+                    end: WalkEnd::Complete,
+                    stopped_ns: 1000,
+                    delivery_ns: None,
+                    walk_error: false,
+                }));
+            }
+            // Each tick the test advances every thread's CPU clock except
+            // thread 2, which is idle.
+            for (tid, v) in self.cpu.lock().unwrap().iter_mut() {
+                if *tid != 2 {
+                    *v += 100;
+                }
+            }
+            if self.ticks_left.fetch_sub(1, SeqCst) == 1 {
+                let _ = self.stop_tx.try_send(());
+            }
+        }
+        fn finish(&mut self, _timeout_ns: u64, _sink: &mut dyn FnMut(Capture<'_>)) {}
+    }
+
+    fn fake(ticks: u64, threads: &[u64]) -> (FakeBackend, Receiver<()>, Arc<AtomicU64>) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let requests = Arc::new(AtomicU64::new(0));
+        let cpu: FxHashMap<u64, u64> = threads.iter().map(|&t| (t, 0)).collect();
+        let b = FakeBackend {
+            clock: Arc::new(AtomicU64::new(1_000)),
+            threads: Arc::new(Mutex::new(threads.iter().map(|&t| (t, true)).chain([(999, true)]).collect())),
+            cpu: Arc::new(Mutex::new(cpu)),
+            requests: requests.clone(),
+            stack: [0x30, 0x20, 0x10],
+            ticks_left: Arc::new(AtomicU64::new(ticks)),
+            stop_tx: tx,
+        };
+        (b, rx, requests)
+    }
+
+    #[test]
+    fn loop_samples_all_threads_and_never_itself() {
+        let (b, rx, _) = fake(10, &[1, 2]);
+        let shared = Shared::default();
+        shared.native_unwinding.store(true, SeqCst);
+        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx);
+        assert_eq!(rec.threads.len(), 2, "{:?}", rec.threads);
+        assert!(rec.threads.iter().all(|t| t.tid != 999), "sampler thread is not sampled");
+        // Ticks may exceed requests by one: the stop is seen at the next loop turn.
+        assert_eq!(rec.samples.len(), 20);
+        assert_eq!(rec.stats.samples_captured, 20);
+        assert_eq!(rec.stats.threads_sampled, rec.stats.samples_captured + rec.stats.samples_dropped);
+        assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30, 0x20, 0x10]);
+    }
+
+    #[test]
+    fn idle_thread_is_not_stopped_again() {
+        let (b, rx, requests) = fake(10, &[1, 2]);
+        let shared = Shared::default();
+        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx);
+        // Thread 1: 10 requests. Thread 2: the first request (no stack yet),
+        // then 9 idle samples carrying that stack forward.
+        assert_eq!(requests.load(SeqCst), 11);
+        assert_eq!(rec.stats.idle_samples, 9);
+        let t2 = rec.threads.iter().position(|t| t.tid == 2).unwrap() as u32;
+        let idle_for_t2 = (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] == t2 && rec.samples.idle[i] == 1);
+        assert_eq!(idle_for_t2.count(), 9);
+        // CPU deltas: thread 1 used 100 ns per tick after the first.
+        let t1 = rec.threads.iter().position(|t| t.tid == 1).unwrap() as u32;
+        let cpu: u64 =
+            (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] == t1).map(|i| rec.samples.cpu_delta_ns[i]).sum();
+        assert_eq!(cpu, 900);
+    }
+
+    #[test]
+    fn skips_and_drops_are_counted_exactly() {
+        let (b, rx, _) = fake(20, &[1, 3]);
+        let shared = Shared::default();
+        let opts = SamplerOptions { interval_ns: 1_000_000, buffer_samples: 5, ..Default::default() };
+        let rec = run(b, opts, &shared, rx);
+        assert_eq!(rec.samples.len(), 5);
+        assert_eq!(rec.stats.samples_captured, 5);
+        assert_eq!(rec.stats.samples_dropped, 15);
+        assert_eq!(rec.stats.threads_skipped, 20, "thread 3 is gone at every capture");
+        assert_eq!(rec.stats.threads_sampled, 20);
+    }
+
+    #[test]
+    fn native_unwinding_off_records_leaf_only() {
+        let (b, rx, _) = fake(3, &[1]);
+        let shared = Shared::default();
+        shared.native_unwinding.store(false, SeqCst);
+        let opts = SamplerOptions { interval_ns: 1_000_000, native_unwinding: false, ..Default::default() };
+        let arc = Arc::new(shared);
+        let rec = run(b, opts, &arc, rx);
+        assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30]);
+    }
+
+    #[test]
+    fn thread_leaving_is_skipped_not_an_error() {
+        let (b, rx, _) = fake(6, &[1, 2]);
+        let threads = b.threads.clone();
+        let shared = Shared::default();
+        // Remove thread 1 after discovery: thread_cpu_ns reports it gone.
+        let handle = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            threads.lock().unwrap()[0].1 = false;
+        });
+        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx);
+        handle.join().unwrap();
+        assert_eq!(rec.stats.walk_errors, 0);
+        assert_eq!(
+            rec.stats.threads_sampled + rec.stats.threads_skipped,
+            rec.samples.len() as u64 + rec.stats.threads_skipped
+        );
+    }
+}

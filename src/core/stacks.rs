@@ -1,0 +1,152 @@
+//! Deduplication of stacks into a prefix tree.
+//!
+//! Each distinct address becomes one frame; each distinct (parent, frame)
+//! pair becomes one stack node, so a stack is the index of its leaf node and
+//! its frames are found by following `parent` to the root (-1). Samples that
+//! share a prefix share its nodes, which is why a long profile costs a few
+//! bytes per sample rather than a full stack each.
+//!
+//! The table is bounded: once `max_nodes` nodes exist, a stack that would
+//! need new nodes is refused (the caller counts the sample as dropped).
+
+use rustc_hash::FxHashMap;
+
+/// The table has no room for this stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableFull;
+
+#[derive(Debug, Default)]
+pub struct StackTable {
+    /// Address of each frame.
+    pub frame_address: Vec<u64>,
+    /// Frame of each stack node.
+    pub stack_frame: Vec<u32>,
+    /// Parent node of each stack node, -1 for a root.
+    pub stack_parent: Vec<i32>,
+    frame_index: FxHashMap<u64, u32>,
+    node_index: FxHashMap<(i32, u32), u32>,
+    max_nodes: usize,
+}
+
+impl StackTable {
+    pub fn new(max_nodes: usize) -> Self {
+        StackTable { max_nodes: max_nodes.min(i32::MAX as usize), ..Default::default() }
+    }
+
+    pub fn frame_count(&self) -> usize {
+        self.frame_address.len()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.stack_frame.len()
+    }
+
+    fn intern_frame(&mut self, address: u64) -> u32 {
+        let next = self.frame_address.len() as u32;
+        *self.frame_index.entry(address).or_insert_with(|| {
+            self.frame_address.push(address);
+            next
+        })
+    }
+
+    /// Interns a stack given leaf first. Returns the leaf node. An empty
+    /// stack is refused with `TableFull` only if the table is full; otherwise
+    /// it is stored as a single node for address 0 so every sample has a node.
+    pub fn intern(&mut self, leaf_first: &[u64]) -> Result<u32, TableFull> {
+        if leaf_first.is_empty() {
+            return self.intern(&[0]);
+        }
+        let mut parent: i32 = -1;
+        for &addr in leaf_first.iter().rev() {
+            let frame = self.intern_frame(addr);
+            let key = (parent, frame);
+            let node = match self.node_index.get(&key) {
+                Some(&n) => n,
+                None => {
+                    if self.stack_frame.len() >= self.max_nodes {
+                        return Err(TableFull);
+                    }
+                    let n = self.stack_frame.len() as u32;
+                    self.stack_frame.push(frame);
+                    self.stack_parent.push(parent);
+                    self.node_index.insert(key, n);
+                    n
+                }
+            };
+            parent = node as i32;
+        }
+        Ok(parent as u32)
+    }
+
+    /// The addresses of a stack, leaf first.
+    pub fn addresses(&self, node: u32) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut n = node as i32;
+        while n >= 0 {
+            let i = n as usize;
+            out.push(self.frame_address[self.stack_frame[i] as usize]);
+            n = self.stack_parent[i];
+        }
+        out
+    }
+
+    /// Approximate bytes held, including hash-table overhead.
+    pub fn bytes_used(&self) -> usize {
+        let frames = self.frame_address.capacity() * 8 + self.frame_index.capacity() * (8 + 4 + 1);
+        let nodes = self.stack_frame.capacity() * 8 + self.node_index.capacity() * (8 + 4 + 1);
+        frames + nodes
+    }
+
+    /// Gives up the tables, dropping the lookup indexes.
+    pub fn into_columns(self) -> (Vec<u64>, Vec<u32>, Vec<i32>) {
+        (self.frame_address, self.stack_frame, self.stack_parent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_prefixes_share_nodes() {
+        let mut t = StackTable::new(100);
+        let a = t.intern(&[3, 2, 1]).unwrap(); // leaf 3, root 1
+        let b = t.intern(&[4, 2, 1]).unwrap();
+        let c = t.intern(&[3, 2, 1]).unwrap();
+        assert_eq!(a, c);
+        assert_ne!(a, b);
+        assert_eq!(t.node_count(), 4, "1, 1>2, 1>2>3, 1>2>4");
+        assert_eq!(t.frame_count(), 4);
+        assert_eq!(t.addresses(a), vec![3, 2, 1]);
+        assert_eq!(t.addresses(b), vec![4, 2, 1]);
+        // The root node's parent is -1.
+        let root = t.intern(&[1]).unwrap();
+        assert_eq!(t.stack_parent[root as usize], -1);
+    }
+
+    #[test]
+    fn same_address_at_different_depths_is_one_frame() {
+        let mut t = StackTable::new(100);
+        let s = t.intern(&[7, 7, 7]).unwrap();
+        assert_eq!(t.frame_count(), 1);
+        assert_eq!(t.node_count(), 3);
+        assert_eq!(t.addresses(s), vec![7, 7, 7]);
+    }
+
+    #[test]
+    fn bounded() {
+        let mut t = StackTable::new(3);
+        t.intern(&[3, 2, 1]).unwrap();
+        assert_eq!(t.intern(&[4, 2, 1]), Err(TableFull));
+        // Stacks that need no new node still work when full.
+        assert!(t.intern(&[2, 1]).is_ok());
+        assert_eq!(t.node_count(), 3);
+    }
+
+    #[test]
+    fn empty_stack_gets_a_node() {
+        let mut t = StackTable::new(10);
+        let s = t.intern(&[]).unwrap();
+        assert_eq!(t.addresses(s), vec![0]);
+    }
+}

@@ -1,0 +1,251 @@
+//! Sampler statistics, readable from any thread while sampling.
+//!
+//! Only the sampler thread writes, so relaxed atomics suffice: a reader sees
+//! each counter at some recent value. `snapshot` reads the counters whose sum
+//! matters (captured, dropped, sampled) in an order that keeps
+//! `threads_sampled == samples_captured + samples_dropped` true for the
+//! finished profile, where the sampler thread has stopped.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A log-linear histogram of durations in nanoseconds: 8 buckets per power
+/// of two, so any reported percentile is within 12.5 % of the true value.
+pub struct Histogram {
+    buckets: [AtomicU64; HISTOGRAM_BUCKETS],
+}
+
+const SUB_BITS: u32 = 3;
+const SUB: u64 = 1 << SUB_BITS;
+/// Covers values up to 2^44 ns (about 4.9 hours); larger ones land in the
+/// last bucket.
+pub const HISTOGRAM_BUCKETS: usize = ((44 - SUB_BITS as usize) + 1) * SUB as usize;
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
+}
+
+impl Histogram {
+    pub fn bucket_of(value: u64) -> usize {
+        if value < SUB {
+            return value as usize;
+        }
+        let exp = 63 - value.leading_zeros(); // >= SUB_BITS
+        let sub = (value >> (exp - SUB_BITS)) & (SUB - 1);
+        let idx = ((exp - SUB_BITS + 1) as u64 * SUB + sub) as usize;
+        idx.min(HISTOGRAM_BUCKETS - 1)
+    }
+
+    /// Smallest value that falls in bucket `idx`.
+    pub fn bucket_floor(idx: usize) -> u64 {
+        let idx = idx as u64;
+        if idx < SUB {
+            return idx;
+        }
+        let exp = idx / SUB + SUB_BITS as u64 - 1;
+        let sub = idx % SUB;
+        (1u64 << exp) + (sub << (exp - SUB_BITS as u64))
+    }
+
+    pub fn record(&self, value: u64) {
+        self.buckets[Self::bucket_of(value)].fetch_add(1, Relaxed);
+    }
+
+    pub fn counts(&self) -> Vec<u64> {
+        self.buckets.iter().map(|b| b.load(Relaxed)).collect()
+    }
+
+    pub fn reset(&self) {
+        for b in &self.buckets {
+            b.store(0, Relaxed);
+        }
+    }
+
+    /// The value below which `q` (0..=1) of the recorded values fall,
+    /// reported as the upper edge of its bucket so it never understates.
+    pub fn percentile(counts: &[u64], q: f64) -> u64 {
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, &c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Self::bucket_floor(i + 1).saturating_sub(1).max(Self::bucket_floor(i));
+            }
+        }
+        Self::bucket_floor(counts.len())
+    }
+}
+
+/// The live counters.
+#[derive(Default)]
+pub struct Stats {
+    pub samples_captured: AtomicU64,
+    pub samples_dropped: AtomicU64,
+    pub threads_skipped: AtomicU64,
+    pub total_suspend_ns: AtomicU64,
+    pub max_suspend_ns: AtomicU64,
+    pub walk_errors: AtomicU64,
+    pub idle_samples: AtomicU64,
+    pub truncated_stacks: AtomicU64,
+    pub ticks: AtomicU64,
+    pub ticks_missed: AtomicU64,
+    pub sampler_cpu_ns: AtomicU64,
+    pub stack_reaches_root: AtomicU64,
+    /// How long a thread is stopped per sample (suspend to resume, or
+    /// signal-handler entry to exit).
+    pub suspend_hist: Histogram,
+    /// Linux only: from `tgkill` to handler entry.
+    pub delivery_hist: Histogram,
+}
+
+/// A plain copy of the counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub samples_captured: u64,
+    pub samples_dropped: u64,
+    pub threads_sampled: u64,
+    pub threads_skipped: u64,
+    pub total_suspend_ns: u64,
+    pub max_suspend_ns: u64,
+    pub walk_errors: u64,
+    pub idle_samples: u64,
+    pub truncated_stacks: u64,
+    pub ticks: u64,
+    pub ticks_missed: u64,
+    pub sampler_cpu_ns: u64,
+    pub stack_reaches_root: u64,
+    pub suspend_p50_ns: u64,
+    pub suspend_p99_ns: u64,
+    pub delivery_p50_ns: u64,
+    pub delivery_p99_ns: u64,
+    pub delivery_max_ns: u64,
+    pub thread_count: u64,
+}
+
+impl Stats {
+    pub fn reset(&self) {
+        for c in [
+            &self.samples_captured,
+            &self.samples_dropped,
+            &self.threads_skipped,
+            &self.total_suspend_ns,
+            &self.max_suspend_ns,
+            &self.walk_errors,
+            &self.idle_samples,
+            &self.truncated_stacks,
+            &self.ticks,
+            &self.ticks_missed,
+            &self.sampler_cpu_ns,
+            &self.stack_reaches_root,
+        ] {
+            c.store(0, Relaxed);
+        }
+        self.suspend_hist.reset();
+        self.delivery_hist.reset();
+    }
+
+    /// Records one stop of a thread.
+    pub fn record_suspend(&self, ns: u64) {
+        self.total_suspend_ns.fetch_add(ns, Relaxed);
+        self.max_suspend_ns.fetch_max(ns, Relaxed);
+        self.suspend_hist.record(ns);
+    }
+
+    pub fn snapshot(&self, thread_count: u64) -> StatsSnapshot {
+        let captured = self.samples_captured.load(Relaxed);
+        let dropped = self.samples_dropped.load(Relaxed);
+        let suspend = self.suspend_hist.counts();
+        let delivery = self.delivery_hist.counts();
+        let delivery_max =
+            delivery.iter().rposition(|&c| c > 0).map(|i| Histogram::bucket_floor(i + 1) - 1).unwrap_or(0);
+        StatsSnapshot {
+            samples_captured: captured,
+            samples_dropped: dropped,
+            threads_sampled: captured + dropped,
+            threads_skipped: self.threads_skipped.load(Relaxed),
+            total_suspend_ns: self.total_suspend_ns.load(Relaxed),
+            max_suspend_ns: self.max_suspend_ns.load(Relaxed),
+            walk_errors: self.walk_errors.load(Relaxed),
+            idle_samples: self.idle_samples.load(Relaxed),
+            truncated_stacks: self.truncated_stacks.load(Relaxed),
+            ticks: self.ticks.load(Relaxed),
+            ticks_missed: self.ticks_missed.load(Relaxed),
+            sampler_cpu_ns: self.sampler_cpu_ns.load(Relaxed),
+            stack_reaches_root: self.stack_reaches_root.load(Relaxed),
+            suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
+            suspend_p99_ns: Histogram::percentile(&suspend, 0.99),
+            delivery_p50_ns: Histogram::percentile(&delivery, 0.50),
+            delivery_p99_ns: Histogram::percentile(&delivery, 0.99),
+            delivery_max_ns: delivery_max,
+            thread_count,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_cover_their_values() {
+        let mut last = 0;
+        for v in (0..5000u64).chain([1 << 20, (1 << 20) + 12345, 1 << 40, u64::MAX]) {
+            let b = Histogram::bucket_of(v);
+            assert!(b >= last || v < 5000, "bucket order");
+            if v < 5000 {
+                last = b;
+            }
+            if b + 1 < HISTOGRAM_BUCKETS {
+                assert!(Histogram::bucket_floor(b) <= v, "floor {v}");
+                assert!(Histogram::bucket_floor(b + 1) > v, "ceil {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn bucket_width_is_at_most_an_eighth() {
+        for b in 8..HISTOGRAM_BUCKETS - 1 {
+            let lo = Histogram::bucket_floor(b) as f64;
+            let hi = Histogram::bucket_floor(b + 1) as f64;
+            assert!((hi - lo) / lo <= 0.125 + 1e-9, "bucket {b}");
+        }
+    }
+
+    #[test]
+    fn percentiles() {
+        let h = Histogram::default();
+        for _ in 0..99 {
+            h.record(1000);
+        }
+        h.record(1_000_000);
+        let c = h.counts();
+        let p50 = Histogram::percentile(&c, 0.5);
+        assert!((1000..=1125).contains(&p50), "{p50}");
+        let p99 = Histogram::percentile(&c, 0.99);
+        assert!((1000..=1125).contains(&p99), "{p99}");
+        let p100 = Histogram::percentile(&c, 1.0);
+        assert!((1_000_000..=1_125_000).contains(&p100), "{p100}");
+        assert_eq!(Histogram::percentile(&[0; 4], 0.5), 0);
+    }
+
+    #[test]
+    fn snapshot_adds_up() {
+        let s = Stats::default();
+        s.samples_captured.store(10, Relaxed);
+        s.samples_dropped.store(3, Relaxed);
+        s.record_suspend(500);
+        s.record_suspend(1500);
+        let snap = s.snapshot(4);
+        assert_eq!(snap.threads_sampled, 13);
+        assert_eq!(snap.total_suspend_ns, 2000);
+        assert_eq!(snap.max_suspend_ns, 1500);
+        assert_eq!(snap.thread_count, 4);
+        s.reset();
+        assert_eq!(s.snapshot(0), StatsSnapshot::default());
+    }
+}

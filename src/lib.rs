@@ -1,0 +1,20 @@
+//! machsampler: a native stack sampler for every thread of a Node.js or
+//! Electron process.
+//!
+//! Layout, in the direction data flows:
+//! - `platform`: how threads are found and stopped (Linux signals, macOS Mach);
+//! - `core`: the sampler loop, stack walker, sample buffer, statistics;
+//! - `control`: the process-wide sampler that `start()`/`stop()` drive;
+//! - `js`: the napi bindings (the only place that knows about JavaScript).
+
+pub mod control;
+pub mod core;
+pub mod platform;
+
+// napi-derive registers exports only outside `cfg(test)`, and the bindings are
+// tested through Node (jest), so unit-test builds leave them out.
+#[cfg(not(test))]
+mod js;
+
+#[global_allocator]
+static ALLOC: core::critical::CheckedAlloc = core::critical::CheckedAlloc;

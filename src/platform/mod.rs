@@ -1,0 +1,19 @@
+//! Platform backends. Each implements [`crate::core::backend::Backend`];
+//! everything above that trait is shared.
+
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(target_vendor = "apple")]
+pub mod macos;
+
+use crate::core::error::SamplerError;
+
+#[cfg(target_os = "linux")]
+pub type NativeBackend = linux::LinuxBackend;
+#[cfg(target_vendor = "apple")]
+pub type NativeBackend = macos::MachBackend;
+
+/// Creates the backend for this platform, ready for a sampling session.
+pub fn new_backend() -> Result<NativeBackend, SamplerError> {
+    NativeBackend::new()
+}

@@ -37,7 +37,9 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
         return Err(SamplerError::new(ErrorCode::Again, "the sampler is already running; call stop() first"));
     }
     crate::core::critical::enable_from_env();
-    let backend = platform::new_backend()?;
+    let mut backend = platform::new_backend()?;
+    // So that threadCount() is right as soon as start() returns.
+    backend.refresh_threads(&shared().registry, false);
     *slot = Some(RunningSampler::spawn(backend, options, shared().clone())?);
     Ok(())
 }

@@ -32,10 +32,16 @@ pub fn set_inject_allocation(on: bool) {
     INJECT_ALLOCATION.store(on, Ordering::SeqCst);
 }
 
-/// Reads `MACHSAMPLER_ALLOC_CHECK` once per `start()`, outside any window.
+/// Reads `MACHSAMPLER_ALLOC_CHECK=1` (turn the check on) and
+/// `MACHSAMPLER_FAULT_INJECTION=alloc-in-window` (allocate inside the window,
+/// so a test can prove the check fires) once per `start()`, outside any
+/// window.
 pub fn enable_from_env() {
     if std::env::var_os("MACHSAMPLER_ALLOC_CHECK").is_some_and(|v| v == "1") {
         set_enabled(true);
+    }
+    if std::env::var_os("MACHSAMPLER_FAULT_INJECTION").is_some_and(|v| v == "alloc-in-window") {
+        set_inject_allocation(true);
     }
 }
 

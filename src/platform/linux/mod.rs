@@ -28,9 +28,9 @@
 //!   profiler uses), installed with SA_RESTART so interrupted system calls
 //!   restart. The handler saves and restores errno.
 //! - Stack bounds come from the `/proc/self/maps` range containing the
-//!   thread's stack pointer, looked up on the sampler thread. A new thread's
-//!   first signal only reports its sp; that tick is counted as skipped and
-//!   the thread is walked from the next one on.
+//!   thread's stack pointer, looked up on the sampler thread. When a thread
+//!   is discovered it gets one probe signal that only reports its sp, so its
+//!   bounds are known by its first real sample.
 //! - Idle threads are detected with the per-thread CPU clock
 //!   (`clock_gettime` on the thread's CPU-clock id) and are not signalled; a
 //!   thread counts as idle if it gained less CPU time than one signal costs.
@@ -66,6 +66,8 @@ struct LinuxThread {
     last_sp: u64,
     blocks_signal: bool,
     mask_checked_ns: u64,
+    /// A probe for the stack pointer is in flight; its result is not a sample.
+    probing: bool,
 }
 
 pub struct LinuxBackend {
@@ -95,6 +97,24 @@ fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
 
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+}
+
+impl LinuxThread {
+    /// Asks the thread for its stack pointer only, so its bounds can be
+    /// looked up before it is first sampled.
+    fn probe(&mut self, tid: u64) {
+        if self.slot.is_none() {
+            self.slot = signal::acquire(tid);
+        }
+        let Some((index, slot)) = self.slot.and_then(|i| Some((i, signal::slot(i)?))) else { return };
+        if let Some(value) = slot.arm(index, StackBounds::EMPTY, 1, monotonic_ns()) {
+            if signal::send(tid, value).is_ok() {
+                self.probing = true;
+            } else {
+                slot.disarm();
+            }
+        }
+    }
 }
 
 impl LinuxBackend {
@@ -190,16 +210,19 @@ impl Backend for LinuxBackend {
             }
             let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
             let blocks = procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(false);
-            self.threads.insert(
-                tid,
-                LinuxThread {
-                    slot: None,
-                    bounds: StackBounds::EMPTY,
-                    last_sp: 0,
-                    blocks_signal: blocks,
-                    mask_checked_ns: now,
-                },
-            );
+            let mut t = LinuxThread {
+                slot: None,
+                bounds: StackBounds::EMPTY,
+                last_sp: 0,
+                blocks_signal: blocks,
+                mask_checked_ns: now,
+                probing: false,
+            };
+            // The sampler thread blocks all signals, so it is never probed.
+            if !blocks {
+                t.probe(tid);
+            }
+            self.threads.insert(tid, t);
             let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
             entry.is_main = tid == self.pid;
             registry.add(entry);
@@ -249,9 +272,12 @@ impl Backend for LinuxBackend {
             let Some(slot) = t.slot.and_then(signal::slot) else { continue };
             let Harvest::Done(d) = slot.harvest() else { continue };
             t.last_sp = d.sp;
+            let probe = std::mem::take(&mut t.probing);
             if d.flags & FLAG_BOUNDS_MISS != 0 {
                 self.need_bounds.push((tid, d.sp));
-                sink(Capture::Skipped { tid, reason: SkipReason::BoundsUnknown });
+                if !probe {
+                    sink(Capture::Skipped { tid, reason: SkipReason::BoundsUnknown });
+                }
             } else {
                 sink(Capture::Stack(CapturedStack {
                     tid,
@@ -320,7 +346,9 @@ impl Backend for LinuxBackend {
                     // Never served (the thread is blocked or descheduled):
                     // a late handler will find it abandoned and write nothing.
                     slot.abandon();
-                    sink(Capture::Skipped { tid: slot.owner(), reason: SkipReason::Pending });
+                    if !t.probing {
+                        sink(Capture::Skipped { tid: slot.owner(), reason: SkipReason::Pending });
+                    }
                 }
                 slot.release(false);
             }

@@ -1,0 +1,132 @@
+'use strict'
+// The JS API in this process: argument checking, errors, stats while
+// running, and the shape of a profile.
+const util = require('util')
+const { Worker } = require('worker_threads')
+const ms = require('..')
+
+afterEach(() => {
+  if (ms.isRunning()) ms.stop()
+})
+
+function expectCode(fn, code, messagePart) {
+  let err
+  try {
+    fn()
+  } catch (e) {
+    err = e
+  }
+  expect(err).toBeDefined()
+  expect(util.types.isNativeError(err)).toBe(true)
+  expect(err.code).toBe(code)
+  if (messagePart) expect(err.message).toContain(messagePart)
+  expect(ms.isRunning()).toBe(false)
+}
+
+describe('bad input is a coded error, never a crash or a clamp', () => {
+  test.each([0, 0.5, 2000, NaN, Infinity, -1, 1001, 1e300])('intervalMs %p', (v) => {
+    expectCode(() => ms.start({ intervalMs: v }), 'EINVAL', 'from 1 to 1000')
+  })
+  test.each(['10', true, null, {}, [], 10n])('intervalMs of the wrong type %p', (v) => {
+    expectCode(() => ms.start({ intervalMs: v }), 'EINVAL', 'intervalMs must be a number')
+  })
+  test.each([0, -5, 1025, 3.5, NaN])('maxStackDepth %p', (v) => {
+    expectCode(() => ms.start({ maxStackDepth: v }), 'EINVAL', 'from 1 to 1024')
+  })
+  test.each([0, -1, 0.5, 1e9])('bufferSamples %p', (v) => {
+    expectCode(() => ms.start({ bufferSamples: v }), 'EINVAL', 'bufferSamples must be an integer from 1 to 100000000')
+  })
+  test('nativeUnwinding must be a boolean', () => {
+    expectCode(() => ms.start({ nativeUnwinding: 1 }), 'EINVAL', 'boolean')
+    expectCode(() => ms.setNativeUnwinding('yes'), 'EINVAL', 'boolean')
+    expectCode(() => ms.setNativeUnwinding(), 'EINVAL', 'boolean')
+  })
+  test('unknown keys (typos) are rejected and the valid ones named', () => {
+    expectCode(() => ms.start({ intervalMS: 10 }), 'EINVAL', "unknown option 'intervalMS'")
+    expectCode(() => ms.start({ interval: 10 }), 'EINVAL', 'valid options are intervalMs')
+  })
+  test.each([null, 5, 'fast', [], () => {}])('options that are not an object: %p', (v) => {
+    expectCode(() => ms.start(v), 'EINVAL', 'options must be')
+  })
+  test('extra arguments', () => {
+    expectCode(() => ms.start({}, 1), 'EINVAL', 'start() takes at most 1 argument, got 2')
+    expectCode(() => ms.stats(1), 'EINVAL', 'stats() takes no arguments')
+  })
+  test('EAGAIN when already running, ESRCH when not', () => {
+    expectCode(() => ms.stop(), 'ESRCH', 'not running')
+    ms.start()
+    let err
+    try {
+      ms.start()
+    } catch (e) {
+      err = e
+    }
+    expect(err.code).toBe('EAGAIN')
+    expect(ms.isRunning()).toBe(true)
+    ms.stop()
+    expectCode(() => ms.stop(), 'ESRCH')
+  })
+  test('explicit undefined means the default', () => {
+    ms.start({ intervalMs: undefined, maxStackDepth: undefined })
+    expect(ms.isRunning()).toBe(true)
+    ms.stop()
+  })
+})
+
+describe('stats and profile shape', () => {
+  test('stats can be read while running, from any thread, and add up', async () => {
+    ms.start({ intervalMs: 1 })
+    const end = Date.now() + 300
+    let x = 0
+    while (Date.now() < end) x += Math.sqrt(x)
+    const live = ms.stats()
+    expect(live.threadsSampled).toBe(live.samplesCaptured + live.samplesDropped)
+    expect(live.ticks).toBeGreaterThan(100)
+    expect(ms.threadCount()).toBeGreaterThan(1)
+    // From a worker that loads the addon itself.
+    const fromWorker = await new Promise((resolve, reject) => {
+      const w = new Worker(`const m = require(${JSON.stringify(require.resolve('..'))}); require('worker_threads').parentPort.postMessage({ running: m.isRunning(), ticks: m.stats().ticks })`, { eval: true })
+      w.once('message', resolve)
+      w.once('error', reject)
+    })
+    expect(fromWorker.running).toBe(true)
+    expect(fromWorker.ticks).toBeGreaterThan(0)
+    const p = ms.stop()
+    expect(p.version).toBe(1)
+    expect(p.stats.samplesCaptured).toBe(p.samples.thread.length)
+    expect(p.stats.threadsSampled).toBe(p.stats.samplesCaptured + p.stats.samplesDropped)
+    expect(util.types.isUint32Array(p.samples.thread)).toBe(true)
+    expect(util.types.isBigUint64Array(p.samples.timeNs)).toBe(true)
+    expect(util.types.isUint32Array(p.samples.stack)).toBe(true)
+    expect(util.types.isUint8Array(p.samples.idle)).toBe(true)
+    expect(util.types.isUint32Array(p.stacks.frame)).toBe(true)
+    expect(util.types.isInt32Array(p.stacks.parent)).toBe(true)
+    expect(util.types.isBigUint64Array(p.frames.address)).toBe(true)
+    expect(typeof p.startTimeNs).toBe('bigint')
+    expect(p.intervalNs).toBe(1000000n)
+    expect(p.endTimeNs).toBeGreaterThan(p.startTimeNs)
+    expect(Math.abs(p.startWallTimeMs - Date.now())).toBeLessThan(10000)
+    expect(p.threads.some((t) => t.isMain)).toBe(true)
+    for (const t of p.threads) {
+      expect(typeof t.tid).toBe('number')
+      expect(typeof t.name).toBe('string')
+    }
+    // Every sample's stack resolves to a chain ending at a root.
+    for (let i = 0; i < p.samples.stack.length; i += 7) {
+      let n = p.samples.stack[i]
+      let steps = 0
+      while (n !== -1) {
+        expect(n).toBeLessThan(p.stacks.frame.length)
+        n = p.stacks.parent[n]
+        expect(++steps).toBeLessThan(2000)
+      }
+    }
+  })
+
+  test('native unwinding flag round-trips', () => {
+    ms.setNativeUnwinding(false)
+    expect(ms.getNativeUnwinding()).toBe(false)
+    ms.setNativeUnwinding(true)
+    expect(ms.getNativeUnwinding()).toBe(true)
+  })
+})

@@ -1,0 +1,19 @@
+// machsampler: native stack sampler for every thread of a Node.js or
+// Electron process. The functions and types below come from the native
+// addon; their documentation is in ./binding.d.ts.
+export {
+  start,
+  stop,
+  stats,
+  isRunning,
+  threadCount,
+  setNativeUnwinding,
+  getNativeUnwinding,
+  StartOptions,
+  Stats,
+  Profile,
+  ThreadInfo,
+  SampleTable,
+  StackTable,
+  FrameTable,
+} from './binding'

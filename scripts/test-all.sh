@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every check, in order: `npm test` runs this, and so does CI (.ci/run).
+# It installs what it needs on a clean machine (Debian packages for the macOS
+# type check, npm packages), so it works from a fresh clone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n=== %s\n' "$*"; }
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
+
+log "system packages"
+need=()
+command -v /usr/bin/rustc >/dev/null || need+=(rustc-web rust-web-src)
+[ -x /usr/bin/clippy-driver ] || need+=(rust-web-clippy)
+[ -d /usr/lib/rustlib/src/rust/library ] || need+=(rust-web-src)
+command -v mkfifo >/dev/null || need+=(coreutils)
+if [ ${#need[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+log "npm packages"
+if [ ! -x node_modules/.bin/jest ] || [ ! -x node_modules/.bin/napi ]; then
+  npm ci --no-audit --no-fund
+fi
+
+log "cargo fmt"
+cargo fmt --check
+
+log "cargo clippy"
+cargo clippy --all-targets -- -D warnings
+
+log "cargo test"
+cargo test
+
+for triple in x86_64-apple-darwin aarch64-apple-darwin; do
+  log "macOS type check: $triple"
+  RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/apple \
+    cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets
+  log "macOS clippy: $triple"
+  RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/apple RUSTC_WORKSPACE_WRAPPER=/usr/bin/clippy-driver \
+    cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets -- -D warnings
+done
+
+log "napi build"
+npm run build
+
+log "jest"
+npx jest --runInBand "$@"
+
+log "all checks passed"

@@ -18,20 +18,54 @@ export interface FrameTable {
   address: BigUint64Array
 }
 
+/** Functions, one column per field; index `i` of each is function `i`. */
+export interface FunctionTable {
+  /** Demangled name; `0x…` for an address nothing resolved. */
+  name: Array<string>
+  /** Index into `profile.modules`, or -1. */
+  module: Int32Array
+  /** Source file, or "". */
+  file: Array<string>
+  /** Line where the function starts, or 0. */
+  line: Uint32Array
+  /** `native`, `js`, or `unknown`. */
+  kind: Array<string>
+}
+
 /** Whether native frame capture is on. */
 export declare function getNativeUnwinding(): boolean
 
 /** True while the sampler is running. */
 export declare function isRunning(): boolean
 
+/**
+ * A module (executable or shared library) loaded when the profile was
+ * taken; enough to symbolize the profile later from the files.
+ */
+export interface ModuleInfo {
+  /** Path of the file. */
+  path: string
+  /** First address of its image in the process. */
+  start: bigint
+  /** End (exclusive) of its image in the process. */
+  end: bigint
+  /** Process address minus file address (ELF load bias, Mach-O slide). */
+  bias: bigint
+  /** GNU build id (Linux) or LC_UUID (macOS) in lowercase hex, or "". */
+  buildId: string
+}
+
 /** A recorded profile, as columnar typed arrays. */
 export interface Profile {
   /** Layout version of this object (currently 1). */
   version: number
+  meta: ProfileMeta
   threads: Array<ThreadInfo>
   samples: SampleTable
   stacks: StackTable
   frames: FrameTable
+  /** Modules loaded at `stop()`, for symbolization. */
+  modules: Array<ModuleInfo>
   /** Session start, monotonic clock, nanoseconds. */
   startTimeNs: bigint
   /** Session end, monotonic clock, nanoseconds. */
@@ -42,6 +76,18 @@ export interface Profile {
   startWallTimeMs: number
   /** Statistics of the whole session. */
   stats: Stats
+  /** Function names, once the profile has been symbolicated. */
+  symbols?: SymbolTable
+}
+
+/** Where a profile was recorded. */
+export interface ProfileMeta {
+  /** `linux` or `darwin`. */
+  platform: string
+  /** `x86_64` or `aarch64`. */
+  arch: string
+  /** Process id of the profiled process. */
+  pid: number
 }
 
 /** One column per sample field; index `i` of each is sample `i`. */
@@ -173,6 +219,29 @@ export interface Stats {
  * @throws `ESRCH` if the sampler is not running.
  */
 export declare function stop(): Profile
+
+/**
+ * Resolves every frame of a profile to a function: its name (demangled),
+ * module, source file and line where debug information exists. JIT frames
+ * are named from V8's perf map when the process ran with
+ * `--perf-basic-prof`. Addresses nothing resolves stay as `0x…`.
+ *
+ * Works on a profile from `stop()` or one read back from a file, as long as
+ * the module files are still on disk. Results are cached per module, so a
+ * second call is nearly free.
+ *
+ * @throws `EINVAL` if `profile` is not a valid profile object.
+ */
+export declare function symbolicate(profile: Profile): SymbolTable
+
+/** Names for the frames of a profile (see {@link symbolicate}). */
+export interface SymbolTable {
+  /** For each frame of `profile.frames`, its function. */
+  frameFunction: Uint32Array
+  /** For each frame, its source line, or 0. */
+  frameLine: Uint32Array
+  functions: FunctionTable
+}
 
 /** Number of threads in the process that the sampler knows of. */
 export declare function threadCount(): number

@@ -841,4 +841,5 @@ module.exports.setNativeUnwinding = nativeBinding.setNativeUnwinding
 module.exports.start = nativeBinding.start
 module.exports.stats = nativeBinding.stats
 module.exports.stop = nativeBinding.stop
+module.exports.symbolicate = nativeBinding.symbolicate
 module.exports.threadCount = nativeBinding.threadCount

@@ -9,6 +9,7 @@ export {
   threadCount,
   setNativeUnwinding,
   getNativeUnwinding,
+  symbolicate,
   StartOptions,
   Stats,
   Profile,
@@ -16,4 +17,8 @@ export {
   SampleTable,
   StackTable,
   FrameTable,
+  ModuleInfo,
+  ProfileMeta,
+  SymbolTable,
+  FunctionTable,
 } from './binding'

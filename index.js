@@ -33,4 +33,5 @@ module.exports = {
   threadCount: arity('threadCount', binding.threadCount, 0),
   setNativeUnwinding: arity('setNativeUnwinding', binding.setNativeUnwinding, 1),
   getNativeUnwinding: arity('getNativeUnwinding', binding.getNativeUnwinding, 0),
+  symbolicate: arity('symbolicate', binding.symbolicate, 1),
 }

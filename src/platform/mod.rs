@@ -13,6 +13,18 @@ pub type NativeBackend = linux::LinuxBackend;
 #[cfg(target_vendor = "apple")]
 pub type NativeBackend = macos::MachBackend;
 
+/// The modules loaded in this process, for symbolization.
+pub fn loaded_modules() -> Vec<crate::profile::Module> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::modules::loaded_modules()
+    }
+    #[cfg(target_vendor = "apple")]
+    {
+        macos::modules::loaded_modules()
+    }
+}
+
 /// Creates the backend for this platform, ready for a sampling session.
 pub fn new_backend() -> Result<NativeBackend, SamplerError> {
     NativeBackend::new()

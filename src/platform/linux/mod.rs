@@ -37,6 +37,7 @@
 //! - Threads that block the signal are not signalled either (they would only
 //!   collect pending signals); they are counted as skipped.
 
+pub mod modules;
 pub mod procfs;
 pub mod signal;
 

@@ -8,26 +8,27 @@ use napi::bindgen_prelude::*;
 use napi::{Env, JsValue, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
 use napi_derive::napi;
 
+mod formats;
+mod profile;
+mod symbols;
+
 use crate::control;
 use crate::core::error::SamplerError;
 use crate::core::options::SamplerOptions;
-use crate::core::sampler::Recording;
 use crate::core::stats::StatsSnapshot;
+use profile::Profile;
 
-/// Version of the `Profile` object layout. Bumped when fields change meaning.
-pub const PROFILE_VERSION: u32 = 1;
-
-fn js_error(e: SamplerError) -> napi::Error<&'static str> {
+pub(crate) fn js_error(e: SamplerError) -> napi::Error<&'static str> {
     napi::Error::new(e.code.as_str(), e.message)
 }
 
-fn einval(msg: impl Into<String>) -> napi::Error<&'static str> {
+pub(crate) fn einval(msg: impl Into<String>) -> napi::Error<&'static str> {
     js_error(SamplerError::inval(msg))
 }
 
 /// Converts napi's own failures (which should not happen for well-formed
 /// values) into EINVAL rather than a generic error.
-fn napi_fail(e: napi::Error) -> napi::Error<&'static str> {
+pub(crate) fn napi_fail(e: napi::Error) -> napi::Error<&'static str> {
     einval(e.reason.clone())
 }
 
@@ -143,6 +144,7 @@ pub struct StartOptions {
 
 /// Sampler statistics. Counters cover the current (or last) session.
 #[napi(object)]
+#[derive(Clone)]
 pub struct Stats {
     /// Samples stored in the profile.
     pub samples_captured: f64,
@@ -211,102 +213,6 @@ impl From<&StatsSnapshot> for Stats {
     }
 }
 
-/// A thread that appears in a profile.
-#[napi(object)]
-pub struct ThreadInfo {
-    /// OS thread id (Linux tid; macOS `pthread_threadid_np`).
-    pub tid: f64,
-    /// Thread name as the OS reports it (may be empty).
-    pub name: String,
-    /// True for the process's main thread.
-    pub is_main: bool,
-}
-
-/// One column per sample field; index `i` of each is sample `i`.
-#[napi(object)]
-pub struct SampleTable<'env> {
-    /// Index into `profile.threads`.
-    pub thread: Uint32ArraySlice<'env>,
-    /// When the sample was taken, in `profile` clock nanoseconds (monotonic).
-    pub time_ns: BigUint64ArraySlice<'env>,
-    /// Index into `profile.stacks` of the sample's leaf frame.
-    pub stack: Uint32ArraySlice<'env>,
-    /// 1 if the thread was idle (its CPU time had not advanced) and its
-    /// previous stack was recorded again without stopping it.
-    pub idle: Uint8ArraySlice<'env>,
-    /// CPU time the thread used since its previous sample, in nanoseconds.
-    pub cpu_delta_ns: BigUint64ArraySlice<'env>,
-}
-
-/// Stacks as a prefix tree: node `i` is frame `frame[i]` called from node
-/// `parent[i]` (-1 for a root). A sample's frames are found by following
-/// `parent` from `samples.stack[i]`, leaf first.
-#[napi(object)]
-pub struct StackTable<'env> {
-    /// Index into `profile.frames`.
-    pub frame: Uint32ArraySlice<'env>,
-    /// Parent node, or -1.
-    pub parent: Int32ArraySlice<'env>,
-}
-
-/// Distinct frames.
-#[napi(object)]
-pub struct FrameTable<'env> {
-    /// Instruction address. The leaf frame of a stack is the interrupted
-    /// pc; the others are return addresses (one past the call).
-    pub address: BigUint64ArraySlice<'env>,
-}
-
-/// A recorded profile, as columnar typed arrays.
-#[napi(object)]
-pub struct Profile<'env> {
-    /// Layout version of this object (currently 1).
-    pub version: u32,
-    pub threads: Vec<ThreadInfo>,
-    pub samples: SampleTable<'env>,
-    pub stacks: StackTable<'env>,
-    pub frames: FrameTable<'env>,
-    /// Session start, monotonic clock, nanoseconds.
-    pub start_time_ns: BigInt,
-    /// Session end, monotonic clock, nanoseconds.
-    pub end_time_ns: BigInt,
-    /// Requested sampling interval, nanoseconds.
-    pub interval_ns: BigInt,
-    /// Wall-clock time of `startTimeNs`, in milliseconds since the Unix epoch.
-    pub start_wall_time_ms: f64,
-    /// Statistics of the whole session.
-    pub stats: Stats,
-}
-
-fn profile_from(env: &Env, rec: Recording) -> napi::Result<Profile<'_>> {
-    let (frame_address, stack_frame, stack_parent) = rec.stacks.into_columns();
-    Ok(Profile {
-        version: PROFILE_VERSION,
-        threads: rec
-            .threads
-            .iter()
-            .map(|t| ThreadInfo { tid: t.tid as f64, name: t.name.clone(), is_main: t.is_main })
-            .collect(),
-        samples: SampleTable {
-            thread: Uint32ArraySlice::copy_from(env, &rec.samples.thread)?,
-            time_ns: BigUint64ArraySlice::copy_from(env, &rec.samples.time_ns)?,
-            stack: Uint32ArraySlice::copy_from(env, &rec.samples.stack)?,
-            idle: Uint8ArraySlice::copy_from(env, &rec.samples.idle)?,
-            cpu_delta_ns: BigUint64ArraySlice::copy_from(env, &rec.samples.cpu_delta_ns)?,
-        },
-        stacks: StackTable {
-            frame: Uint32ArraySlice::copy_from(env, &stack_frame)?,
-            parent: Int32ArraySlice::copy_from(env, &stack_parent)?,
-        },
-        frames: FrameTable { address: BigUint64ArraySlice::copy_from(env, &frame_address)? },
-        start_time_ns: BigInt::from(rec.start_ns),
-        end_time_ns: BigInt::from(rec.end_ns),
-        interval_ns: BigInt::from(rec.interval_ns),
-        start_wall_time_ms: rec.start_wall_ms,
-        stats: Stats::from(&rec.stats),
-    })
-}
-
 /// Stops sampling and returns the profile. Every thread the sampler stopped
 /// has been resumed when this returns.
 ///
@@ -314,7 +220,8 @@ fn profile_from(env: &Env, rec: Recording) -> napi::Result<Profile<'_>> {
 #[napi(ts_return_type = "Profile")]
 pub fn stop(env: &Env) -> Result<Profile<'_>, &'static str> {
     let rec = control::stop().map_err(js_error)?;
-    profile_from(env, rec).map_err(napi_fail)
+    let data = crate::profile::ProfileData::from_recording(rec, crate::platform::loaded_modules());
+    Profile::from_data(env, &data).map_err(napi_fail)
 }
 
 /// Statistics of the running (or last) session. Safe to call at any time

@@ -1,0 +1,432 @@
+//! The `Profile` object: `ProfileData` as JS typed arrays, both ways.
+//!
+//! Out (`stop()`): columns are copied into V8-owned ArrayBuffers
+//! (`*Slice::copy_from`), which Electron's memory cage requires.
+//! In (`symbolicate`, `exportProfile`, a profile read back from a file):
+//! every field is type-checked and every index validated, so a malformed
+//! object is an EINVAL naming the field, never a crash.
+
+use napi::bindgen_prelude::*;
+use napi::{Env, JsValue, ValueType};
+use napi_derive::napi;
+
+use super::{einval, napi_fail, Stats};
+use crate::core::sampler::ThreadRecord;
+use crate::core::stats::StatsSnapshot;
+use crate::profile::{Function, FunctionKind, Meta, Module, ProfileData, Symbols};
+
+/// Layout version of the `Profile` object. Bumped when fields change meaning.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// A thread that appears in a profile.
+#[napi(object)]
+pub struct ThreadInfo {
+    /// OS thread id (Linux tid; macOS `pthread_threadid_np`).
+    pub tid: f64,
+    /// Thread name as the OS reports it (may be empty).
+    pub name: String,
+    /// True for the process's main thread.
+    pub is_main: bool,
+}
+
+/// One column per sample field; index `i` of each is sample `i`.
+#[napi(object)]
+pub struct SampleTable<'env> {
+    /// Index into `profile.threads`.
+    pub thread: Uint32ArraySlice<'env>,
+    /// When the sample was taken, in `profile` clock nanoseconds (monotonic).
+    pub time_ns: BigUint64ArraySlice<'env>,
+    /// Index into `profile.stacks` of the sample's leaf frame.
+    pub stack: Uint32ArraySlice<'env>,
+    /// 1 if the thread was idle (its CPU time had not advanced) and its
+    /// previous stack was recorded again without stopping it.
+    pub idle: Uint8ArraySlice<'env>,
+    /// CPU time the thread used since its previous sample, in nanoseconds.
+    pub cpu_delta_ns: BigUint64ArraySlice<'env>,
+}
+
+/// Stacks as a prefix tree: node `i` is frame `frame[i]` called from node
+/// `parent[i]` (-1 for a root). A sample's frames are found by following
+/// `parent` from `samples.stack[i]`, leaf first.
+#[napi(object)]
+pub struct StackTable<'env> {
+    /// Index into `profile.frames`.
+    pub frame: Uint32ArraySlice<'env>,
+    /// Parent node, or -1.
+    pub parent: Int32ArraySlice<'env>,
+}
+
+/// Distinct frames.
+#[napi(object)]
+pub struct FrameTable<'env> {
+    /// Instruction address. The leaf frame of a stack is the interrupted
+    /// pc; the others are return addresses (one past the call).
+    pub address: BigUint64ArraySlice<'env>,
+}
+
+/// A module (executable or shared library) loaded when the profile was
+/// taken; enough to symbolize the profile later from the files.
+#[napi(object)]
+pub struct ModuleInfo {
+    /// Path of the file.
+    pub path: String,
+    /// First address of its image in the process.
+    pub start: BigInt,
+    /// End (exclusive) of its image in the process.
+    pub end: BigInt,
+    /// Process address minus file address (ELF load bias, Mach-O slide).
+    pub bias: BigInt,
+    /// GNU build id (Linux) or LC_UUID (macOS) in lowercase hex, or "".
+    pub build_id: String,
+}
+
+/// Where a profile was recorded.
+#[napi(object)]
+pub struct ProfileMeta {
+    /// `linux` or `darwin`.
+    pub platform: String,
+    /// `x86_64` or `aarch64`.
+    pub arch: String,
+    /// Process id of the profiled process.
+    pub pid: u32,
+}
+
+/// Functions, one column per field; index `i` of each is function `i`.
+#[napi(object)]
+pub struct FunctionTable<'env> {
+    /// Demangled name; `0x…` for an address nothing resolved.
+    pub name: Vec<String>,
+    /// Index into `profile.modules`, or -1.
+    pub module: Int32ArraySlice<'env>,
+    /// Source file, or "".
+    pub file: Vec<String>,
+    /// Line where the function starts, or 0.
+    pub line: Uint32ArraySlice<'env>,
+    /// `native`, `js`, or `unknown`.
+    pub kind: Vec<String>,
+}
+
+/// Names for the frames of a profile (see {@link symbolicate}).
+#[napi(object)]
+pub struct SymbolTable<'env> {
+    /// For each frame of `profile.frames`, its function.
+    pub frame_function: Uint32ArraySlice<'env>,
+    /// For each frame, its source line, or 0.
+    pub frame_line: Uint32ArraySlice<'env>,
+    pub functions: FunctionTable<'env>,
+}
+
+/// A recorded profile, as columnar typed arrays.
+#[napi(object)]
+pub struct Profile<'env> {
+    /// Layout version of this object (currently 1).
+    pub version: u32,
+    pub meta: ProfileMeta,
+    pub threads: Vec<ThreadInfo>,
+    pub samples: SampleTable<'env>,
+    pub stacks: StackTable<'env>,
+    pub frames: FrameTable<'env>,
+    /// Modules loaded at `stop()`, for symbolization.
+    pub modules: Vec<ModuleInfo>,
+    /// Session start, monotonic clock, nanoseconds.
+    pub start_time_ns: BigInt,
+    /// Session end, monotonic clock, nanoseconds.
+    pub end_time_ns: BigInt,
+    /// Requested sampling interval, nanoseconds.
+    pub interval_ns: BigInt,
+    /// Wall-clock time of `startTimeNs`, in milliseconds since the Unix epoch.
+    pub start_wall_time_ms: f64,
+    /// Statistics of the whole session.
+    pub stats: Stats,
+    /// Function names, once the profile has been symbolicated.
+    pub symbols: Option<SymbolTable<'env>>,
+}
+
+impl<'env> SymbolTable<'env> {
+    pub fn from_symbols(env: &'env Env, s: &Symbols) -> napi::Result<Self> {
+        let f = &s.functions;
+        Ok(SymbolTable {
+            frame_function: Uint32ArraySlice::copy_from(env, &s.frame_function)?,
+            frame_line: Uint32ArraySlice::copy_from(env, &s.frame_line)?,
+            functions: FunctionTable {
+                name: f.iter().map(|f| f.name.clone()).collect(),
+                module: Int32ArraySlice::copy_from(env, f.iter().map(|f| f.module).collect::<Vec<_>>())?,
+                file: f.iter().map(|f| f.file.clone()).collect(),
+                line: Uint32ArraySlice::copy_from(env, f.iter().map(|f| f.line).collect::<Vec<_>>())?,
+                kind: f.iter().map(|f| f.kind.as_str().to_string()).collect(),
+            },
+        })
+    }
+}
+
+impl<'env> Profile<'env> {
+    pub fn from_data(env: &'env Env, d: &ProfileData) -> napi::Result<Self> {
+        Ok(Profile {
+            version: PROFILE_VERSION,
+            meta: ProfileMeta { platform: d.meta.platform.clone(), arch: d.meta.arch.clone(), pid: d.meta.pid },
+            threads: d
+                .threads
+                .iter()
+                .map(|t| ThreadInfo { tid: t.tid as f64, name: t.name.clone(), is_main: t.is_main })
+                .collect(),
+            samples: SampleTable {
+                thread: Uint32ArraySlice::copy_from(env, &d.sample_thread)?,
+                time_ns: BigUint64ArraySlice::copy_from(env, &d.sample_time_ns)?,
+                stack: Uint32ArraySlice::copy_from(env, &d.sample_stack)?,
+                idle: Uint8ArraySlice::copy_from(env, &d.sample_idle)?,
+                cpu_delta_ns: BigUint64ArraySlice::copy_from(env, &d.sample_cpu_delta_ns)?,
+            },
+            stacks: StackTable {
+                frame: Uint32ArraySlice::copy_from(env, &d.stack_frame)?,
+                parent: Int32ArraySlice::copy_from(env, &d.stack_parent)?,
+            },
+            frames: FrameTable { address: BigUint64ArraySlice::copy_from(env, &d.frame_address)? },
+            modules: d
+                .modules
+                .iter()
+                .map(|m| ModuleInfo {
+                    path: m.path.clone(),
+                    start: BigInt::from(m.start),
+                    end: BigInt::from(m.end),
+                    bias: BigInt::from(m.bias),
+                    build_id: m.build_id.clone(),
+                })
+                .collect(),
+            start_time_ns: BigInt::from(d.start_ns),
+            end_time_ns: BigInt::from(d.end_ns),
+            interval_ns: BigInt::from(d.interval_ns),
+            start_wall_time_ms: d.start_wall_ms,
+            stats: Stats::from(&d.stats),
+            symbols: d.symbols.as_ref().map(|s| SymbolTable::from_symbols(env, s)).transpose()?,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// JS -> Rust, checking everything.
+
+type InResult<T> = std::result::Result<T, napi::Error<&'static str>>;
+
+fn object_at(parent: &Object, key: &str, path: &str) -> InResult<Object<'static>> {
+    let v: Unknown = parent.get_named_property(key).map_err(napi_fail)?;
+    if v.get_type().map_err(napi_fail)? != ValueType::Object {
+        return Err(einval(format!("{path}.{key} must be an object")));
+    }
+    // SAFETY: the type was just checked to be Object. The 'static lifetime
+    // is only used within this call, while the handle scope is alive.
+    unsafe { v.cast::<Object<'static>>() }.map_err(napi_fail)
+}
+
+macro_rules! typed_column {
+    ($name:ident, $arr:ty, $elem:ty, $what:literal) => {
+        fn $name(parent: &Object, key: &str, path: &str) -> InResult<Vec<$elem>> {
+            let v: Unknown = parent.get_named_property(key).map_err(napi_fail)?;
+            let arr: $arr = <$arr as FromNapiValue>::from_unknown(v)
+                .map_err(|_| einval(format!("{path}.{key} must be a {}", $what)))?;
+            Ok(arr.to_vec())
+        }
+    };
+}
+typed_column!(u32_column, Uint32Array, u32, "Uint32Array");
+typed_column!(i32_column, Int32Array, i32, "Int32Array");
+typed_column!(u8_column, Uint8Array, u8, "Uint8Array");
+typed_column!(u64_column, BigUint64Array, u64, "BigUint64Array");
+
+fn bigint_u64(v: Unknown, what: &str) -> InResult<u64> {
+    if v.get_type().map_err(napi_fail)? != ValueType::BigInt {
+        return Err(einval(format!("{what} must be a bigint")));
+    }
+    // SAFETY: the type was just checked to be BigInt.
+    let b: BigInt = unsafe { v.cast::<BigInt>() }.map_err(napi_fail)?;
+    let (signed, value, lossless) = b.get_u64();
+    if signed || !lossless {
+        return Err(einval(format!("{what} must be a non-negative 64-bit bigint")));
+    }
+    Ok(value)
+}
+
+fn number(obj: &Object, key: &str, path: &str) -> InResult<f64> {
+    let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
+    if v.get_type().map_err(napi_fail)? != ValueType::Number {
+        return Err(einval(format!("{path}.{key} must be a number")));
+    }
+    // SAFETY: the type was just checked to be Number.
+    unsafe { v.cast::<f64>() }.map_err(napi_fail)
+}
+
+fn string(obj: &Object, key: &str, path: &str) -> InResult<String> {
+    let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
+    if v.get_type().map_err(napi_fail)? != ValueType::String {
+        return Err(einval(format!("{path}.{key} must be a string")));
+    }
+    // SAFETY: the type was just checked to be String.
+    unsafe { v.cast::<String>() }.map_err(napi_fail)
+}
+
+fn array_of(obj: &Object, key: &str, path: &str) -> InResult<Vec<Object<'static>>> {
+    let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
+    let is_array = v.get_type().map_err(napi_fail)? == ValueType::Object && v.is_array().unwrap_or(false);
+    if !is_array {
+        return Err(einval(format!("{path}.{key} must be an array")));
+    }
+    // SAFETY: the value was just checked to be an array object.
+    let arr: Object<'static> = unsafe { v.cast() }.map_err(napi_fail)?;
+    let len = arr.get_array_length().map_err(napi_fail)?;
+    (0..len)
+        .map(|i| {
+            let e: Unknown = arr.get_element(i).map_err(napi_fail)?;
+            if e.get_type().map_err(napi_fail)? != ValueType::Object {
+                return Err(einval(format!("{path}.{key}[{i}] must be an object")));
+            }
+            // SAFETY: the type was just checked to be Object.
+            unsafe { e.cast::<Object<'static>>() }.map_err(napi_fail)
+        })
+        .collect()
+}
+
+fn string_array(obj: &Object, key: &str, path: &str) -> InResult<Vec<String>> {
+    let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
+    Vec::<String>::from_unknown(v).map_err(|_| einval(format!("{path}.{key} must be an array of strings")))
+}
+
+fn symbols_from_js(obj: &Object) -> InResult<Symbols> {
+    let p = "profile.symbols";
+    let fns = object_at(obj, "functions", p)?;
+    let fp = "profile.symbols.functions";
+    let names = string_array(&fns, "name", fp)?;
+    let modules = i32_column(&fns, "module", fp)?;
+    let files = string_array(&fns, "file", fp)?;
+    let lines = u32_column(&fns, "line", fp)?;
+    let kinds = string_array(&fns, "kind", fp)?;
+    let n = names.len();
+    if [modules.len(), files.len(), lines.len(), kinds.len()].iter().any(|&l| l != n) {
+        return Err(einval(format!("{fp} columns differ in length")));
+    }
+    let mut functions = Vec::with_capacity(n);
+    for (i, (((name, module), file), (line, kind))) in
+        names.into_iter().zip(modules).zip(files).zip(lines.into_iter().zip(kinds)).enumerate()
+    {
+        let kind = FunctionKind::parse(&kind)
+            .ok_or_else(|| einval(format!("{fp}.kind[{i}] must be 'native', 'js' or 'unknown'")))?;
+        functions.push(Function { name, module, file, line, kind });
+    }
+    Ok(Symbols {
+        frame_function: u32_column(obj, "frameFunction", p)?,
+        frame_line: u32_column(obj, "frameLine", p)?,
+        functions,
+    })
+}
+
+fn stats_from_js(obj: &Object) -> InResult<StatsSnapshot> {
+    let get = |k: &str| -> u64 {
+        obj.get_named_property::<Unknown>(k)
+            .ok()
+            .filter(|v| v.get_type().ok() == Some(ValueType::Number))
+            // SAFETY: the type was just checked to be Number.
+            .and_then(|v| unsafe { v.cast::<f64>() }.ok())
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            .map(|n| n as u64)
+            .unwrap_or(0)
+    };
+    Ok(StatsSnapshot {
+        samples_captured: get("samplesCaptured"),
+        samples_dropped: get("samplesDropped"),
+        threads_sampled: get("threadsSampled"),
+        threads_skipped: get("threadsSkipped"),
+        total_suspend_ns: get("totalSuspendNs"),
+        max_suspend_ns: get("maxSuspendNs"),
+        walk_errors: get("walkErrors"),
+        idle_samples: get("idleSamples"),
+        truncated_stacks: get("truncatedStacks"),
+        ticks: get("ticks"),
+        ticks_missed: get("ticksMissed"),
+        sampler_cpu_ns: get("samplerCpuNs"),
+        stack_reaches_root: get("stacksReachingRoot"),
+        suspend_p50_ns: get("suspendP50Ns"),
+        suspend_p99_ns: get("suspendP99Ns"),
+        delivery_p50_ns: get("deliveryP50Ns"),
+        delivery_p99_ns: get("deliveryP99Ns"),
+        delivery_max_ns: get("deliveryMaxNs"),
+        thread_count: get("threadCount"),
+    })
+}
+
+/// Reads a `Profile` object back into `ProfileData`, validating it.
+pub fn profile_from_js(value: Unknown) -> InResult<ProfileData> {
+    if value.get_type().map_err(napi_fail)? != ValueType::Object {
+        return Err(einval("profile must be an object returned by stop() or loadProfile()"));
+    }
+    // SAFETY: the type was just checked to be Object.
+    let obj: Object = unsafe { value.cast() }.map_err(napi_fail)?;
+    let version = number(&obj, "version", "profile")?;
+    if version != PROFILE_VERSION as f64 {
+        return Err(einval(format!("profile.version is {version}; this machsampler reads version {PROFILE_VERSION}")));
+    }
+    let p = "profile";
+    let meta = object_at(&obj, "meta", p)?;
+    let samples = object_at(&obj, "samples", p)?;
+    let stacks = object_at(&obj, "stacks", p)?;
+    let frames = object_at(&obj, "frames", p)?;
+    let threads = array_of(&obj, "threads", p)?
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let tp = format!("profile.threads[{i}]");
+            let is_main: Unknown = t.get_named_property("isMain").map_err(napi_fail)?;
+            Ok(ThreadRecord {
+                tid: number(t, "tid", &tp)? as u64,
+                name: string(t, "name", &tp)?,
+                // SAFETY: cast only after the type check.
+                is_main: is_main.get_type().ok() == Some(ValueType::Boolean)
+                    && unsafe { is_main.cast::<bool>() }.unwrap_or(false),
+            })
+        })
+        .collect::<InResult<Vec<_>>>()?;
+    let modules = array_of(&obj, "modules", p)?
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mp = format!("profile.modules[{i}]");
+            let big = |k: &str| bigint_u64(m.get_named_property(k).map_err(napi_fail)?, &format!("{mp}.{k}"));
+            Ok(Module {
+                path: string(m, "path", &mp)?,
+                start: big("start")?,
+                end: big("end")?,
+                bias: big("bias")?,
+                build_id: string(m, "buildId", &mp)?,
+            })
+        })
+        .collect::<InResult<Vec<_>>>()?;
+    let symbols_value: Unknown = obj.get_named_property("symbols").map_err(napi_fail)?;
+    let symbols = match symbols_value.get_type().map_err(napi_fail)? {
+        ValueType::Undefined | ValueType::Null => None,
+        ValueType::Object => Some(symbols_from_js(&object_at(&obj, "symbols", p)?)?),
+        _ => return Err(einval("profile.symbols must be an object or undefined")),
+    };
+    let stats = stats_from_js(&object_at(&obj, "stats", p)?)?;
+    let data = ProfileData {
+        meta: Meta {
+            platform: string(&meta, "platform", "profile.meta")?,
+            arch: string(&meta, "arch", "profile.meta")?,
+            pid: number(&meta, "pid", "profile.meta")? as u32,
+        },
+        threads,
+        sample_thread: u32_column(&samples, "thread", "profile.samples")?,
+        sample_time_ns: u64_column(&samples, "timeNs", "profile.samples")?,
+        sample_stack: u32_column(&samples, "stack", "profile.samples")?,
+        sample_idle: u8_column(&samples, "idle", "profile.samples")?,
+        sample_cpu_delta_ns: u64_column(&samples, "cpuDeltaNs", "profile.samples")?,
+        stack_frame: u32_column(&stacks, "frame", "profile.stacks")?,
+        stack_parent: i32_column(&stacks, "parent", "profile.stacks")?,
+        frame_address: u64_column(&frames, "address", "profile.frames")?,
+        modules,
+        start_ns: bigint_u64(obj.get_named_property("startTimeNs").map_err(napi_fail)?, "profile.startTimeNs")?,
+        end_ns: bigint_u64(obj.get_named_property("endTimeNs").map_err(napi_fail)?, "profile.endTimeNs")?,
+        interval_ns: bigint_u64(obj.get_named_property("intervalNs").map_err(napi_fail)?, "profile.intervalNs")?,
+        start_wall_ms: number(&obj, "startWallTimeMs", p)?,
+        stats,
+        symbols,
+    };
+    data.validate().map_err(|e| einval(format!("profile is inconsistent: {e}")))?;
+    Ok(data)
+}

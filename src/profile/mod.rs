@@ -1,0 +1,290 @@
+//! The profile as data: what a session recorded, plus the modules needed to
+//! symbolize it later and, once symbolized, its function names.
+//!
+//! This is the one model that symbolization, the exporters and the file
+//! format share. The JS `Profile` object is the same data as typed arrays.
+
+use crate::core::sampler::{Recording, ThreadRecord};
+use crate::core::stats::StatsSnapshot;
+
+/// A loaded module (executable or shared library) at the time of `stop()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Module {
+    /// Path of the file it was loaded from.
+    pub path: String,
+    /// Address range of its mapped image in the process (code and data).
+    pub start: u64,
+    pub end: u64,
+    /// What to subtract from a process address to get the address the
+    /// file's symbol tables use (ELF load bias; Mach-O slide).
+    pub bias: u64,
+    /// GNU build id (Linux) or LC_UUID (macOS), lowercase hex; may be empty.
+    pub build_id: String,
+}
+
+/// What kind of code a function is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FunctionKind {
+    /// Machine code from a module's symbol table.
+    Native,
+    /// JavaScript (or other JIT) code, named by V8.
+    Js,
+    /// Nothing resolved the address; the name is `0x…`.
+    Unknown,
+}
+
+impl FunctionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FunctionKind::Native => "native",
+            FunctionKind::Js => "js",
+            FunctionKind::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "native" => Some(FunctionKind::Native),
+            "js" => Some(FunctionKind::Js),
+            "unknown" => Some(FunctionKind::Unknown),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Function {
+    pub name: String,
+    /// Index into `ProfileData::modules`, or -1.
+    pub module: i32,
+    /// Source file, or empty.
+    pub file: String,
+    /// Line where the function starts, or 0.
+    pub line: u32,
+    pub kind: FunctionKind,
+}
+
+/// Names for every frame: frame `i` is in function `frame_function[i]`, at
+/// source line `frame_line[i]` (0 if unknown).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Symbols {
+    pub frame_function: Vec<u32>,
+    pub frame_line: Vec<u32>,
+    pub functions: Vec<Function>,
+}
+
+/// Where the profile came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// `linux` or `darwin`.
+    pub platform: String,
+    /// `x86_64` or `aarch64`.
+    pub arch: String,
+    pub pid: u32,
+}
+
+impl Meta {
+    pub fn current() -> Self {
+        Meta {
+            platform: if cfg!(target_vendor = "apple") { "darwin".into() } else { std::env::consts::OS.into() },
+            arch: std::env::consts::ARCH.into(),
+            pid: std::process::id(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ProfileData {
+    pub meta: Meta,
+    pub threads: Vec<ThreadRecord>,
+    pub sample_thread: Vec<u32>,
+    pub sample_time_ns: Vec<u64>,
+    pub sample_stack: Vec<u32>,
+    pub sample_idle: Vec<u8>,
+    pub sample_cpu_delta_ns: Vec<u64>,
+    pub stack_frame: Vec<u32>,
+    pub stack_parent: Vec<i32>,
+    pub frame_address: Vec<u64>,
+    pub modules: Vec<Module>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub interval_ns: u64,
+    pub start_wall_ms: f64,
+    pub stats: StatsSnapshot,
+    pub symbols: Option<Symbols>,
+}
+
+impl ProfileData {
+    pub fn from_recording(rec: Recording, modules: Vec<Module>) -> Self {
+        let (frame_address, stack_frame, stack_parent) = rec.stacks.into_columns();
+        let s = rec.samples;
+        ProfileData {
+            meta: Meta::current(),
+            threads: rec.threads,
+            sample_thread: s.thread,
+            sample_time_ns: s.time_ns,
+            sample_stack: s.stack,
+            sample_idle: s.idle,
+            sample_cpu_delta_ns: s.cpu_delta_ns,
+            stack_frame,
+            stack_parent,
+            frame_address,
+            modules,
+            start_ns: rec.start_ns,
+            end_ns: rec.end_ns,
+            interval_ns: rec.interval_ns,
+            start_wall_ms: rec.start_wall_ms,
+            stats: rec.stats,
+            symbols: None,
+        }
+    }
+
+    pub fn sample_count(&self) -> usize {
+        self.sample_thread.len()
+    }
+
+    /// The frame indices of stack node `node`, leaf first. Stops (rather
+    /// than loops or panics) on a malformed table; `validate` rejects those.
+    pub fn stack_frames(&self, node: u32) -> StackFrames<'_> {
+        StackFrames { profile: self, node: node as i64, steps: 0 }
+    }
+
+    /// Checks every index, so that code reading a profile from a file can
+    /// trust it. Returns a description of the first problem.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.sample_thread.len();
+        let cols = [
+            ("samples.timeNs", self.sample_time_ns.len()),
+            ("samples.stack", self.sample_stack.len()),
+            ("samples.idle", self.sample_idle.len()),
+            ("samples.cpuDeltaNs", self.sample_cpu_delta_ns.len()),
+        ];
+        for (name, len) in cols {
+            if len != n {
+                return Err(format!("{name} has {len} entries, samples.thread has {n}"));
+            }
+        }
+        if self.stack_parent.len() != self.stack_frame.len() {
+            return Err("stacks.frame and stacks.parent differ in length".into());
+        }
+        if let Some(i) = self.sample_thread.iter().position(|&t| t as usize >= self.threads.len()) {
+            return Err(format!("sample {i} names thread {} of {}", self.sample_thread[i], self.threads.len()));
+        }
+        if let Some(i) = self.sample_stack.iter().position(|&s| s as usize >= self.stack_frame.len()) {
+            return Err(format!("sample {i} names stack {} of {}", self.sample_stack[i], self.stack_frame.len()));
+        }
+        for (i, (&f, &p)) in self.stack_frame.iter().zip(&self.stack_parent).enumerate() {
+            if f as usize >= self.frame_address.len() {
+                return Err(format!("stack {i} names frame {f} of {}", self.frame_address.len()));
+            }
+            // Parents come first, which also rules out cycles.
+            if p < -1 || p >= i as i32 {
+                return Err(format!("stack {i} has parent {p}; a parent must come before its child"));
+            }
+        }
+        if let Some(sym) = &self.symbols {
+            if sym.frame_function.len() != self.frame_address.len() || sym.frame_line.len() != self.frame_address.len()
+            {
+                return Err("symbols do not cover every frame".into());
+            }
+            if let Some(i) = sym.frame_function.iter().position(|&f| f as usize >= sym.functions.len()) {
+                return Err(format!("frame {i} names function {} of {}", sym.frame_function[i], sym.functions.len()));
+            }
+            if let Some(f) = sym.functions.iter().find(|f| f.module < -1 || f.module >= self.modules.len() as i32) {
+                return Err(format!("function {} names module {} of {}", f.name, f.module, self.modules.len()));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub struct StackFrames<'a> {
+    profile: &'a ProfileData,
+    node: i64,
+    steps: usize,
+}
+
+impl Iterator for StackFrames<'_> {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        if self.node < 0 || self.steps > self.profile.stack_frame.len() {
+            return None;
+        }
+        let i = self.node as usize;
+        let frame = *self.profile.stack_frame.get(i)?;
+        self.node = *self.profile.stack_parent.get(i)? as i64;
+        self.steps += 1;
+        Some(frame)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A tiny profile: two threads, stacks main>a>b and main>c.
+    pub fn sample_profile() -> ProfileData {
+        ProfileData {
+            meta: Meta::current(),
+            threads: vec![
+                ThreadRecord { tid: 100, name: "main".into(), is_main: true },
+                ThreadRecord { tid: 101, name: "worker".into(), is_main: false },
+            ],
+            sample_thread: vec![0, 0, 1, 1],
+            sample_time_ns: vec![1_000, 2_000, 1_500, 2_500],
+            sample_stack: vec![2, 2, 3, 1],
+            sample_idle: vec![0, 0, 0, 1],
+            sample_cpu_delta_ns: vec![1_000, 1_000, 900, 0],
+            // frames: 0=main 1=a 2=b 3=c
+            stack_frame: vec![0, 1, 2, 3],
+            stack_parent: vec![-1, 0, 1, 0],
+            frame_address: vec![0x1000, 0x2000, 0x3000, 0x4000],
+            modules: vec![Module { path: "/bin/app".into(), start: 0, end: 0x10000, bias: 0, build_id: "ab".into() }],
+            start_ns: 500,
+            end_ns: 3_000,
+            interval_ns: 1_000,
+            start_wall_ms: 1.7e12,
+            stats: StatsSnapshot::default(),
+            symbols: Some(Symbols {
+                frame_function: vec![0, 1, 2, 3],
+                frame_line: vec![10, 20, 30, 0],
+                functions: ["main", "a", "b", "c"]
+                    .iter()
+                    .map(|n| Function {
+                        name: n.to_string(),
+                        module: 0,
+                        file: "app.c".into(),
+                        line: 1,
+                        kind: FunctionKind::Native,
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    #[test]
+    fn stacks_walk_leaf_first() {
+        let p = sample_profile();
+        assert_eq!(p.stack_frames(2).collect::<Vec<_>>(), vec![2, 1, 0]);
+        assert_eq!(p.stack_frames(3).collect::<Vec<_>>(), vec![3, 0]);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn validate_rejects_bad_indices_and_cycles() {
+        let mut p = sample_profile();
+        p.stack_parent[1] = 2; // a cycle through a later node
+        assert!(p.validate().unwrap_err().contains("parent"));
+        // Iteration still terminates on the malformed table.
+        assert!(p.stack_frames(2).count() <= p.stack_frame.len() + 1);
+        let mut p = sample_profile();
+        p.sample_stack[0] = 99;
+        assert!(p.validate().is_err());
+        let mut p = sample_profile();
+        p.sample_idle.pop();
+        assert!(p.validate().is_err());
+        let mut p = sample_profile();
+        p.symbols.as_mut().unwrap().functions[0].module = 5;
+        assert!(p.validate().is_err());
+    }
+}

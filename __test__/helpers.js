@@ -5,8 +5,8 @@ const path = require('path')
 const SCENARIO = path.join(__dirname, 'fixtures', 'scenario.js')
 
 /** Runs a scenario in a fresh node process and returns its JSON summary. */
-function scenario(name, options = {}, { env = {}, node = process.execPath, timeoutMs = 60000 } = {}) {
-  const r = spawnSync(node, [SCENARIO, name, JSON.stringify(options)], {
+function scenario(name, options = {}, { env = {}, node = process.execPath, nodeArgs = [], timeoutMs = 60000 } = {}) {
+  const r = spawnSync(node, [...nodeArgs, SCENARIO, name, JSON.stringify(options)], {
     env: { ...process.env, ...env },
     encoding: 'utf8',
     timeout: timeoutMs,

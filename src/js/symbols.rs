@@ -20,6 +20,6 @@ use super::profile::{profile_from_js, SymbolTable};
 #[napi(ts_args_type = "profile: Profile", ts_return_type = "SymbolTable")]
 pub fn symbolicate<'env>(env: &'env Env, profile: Unknown<'_>) -> Result<SymbolTable<'env>, &'static str> {
     let data = profile_from_js(profile)?;
-    let symbols = crate::symbols::symbolicate(&data);
+    let symbols = crate::symbols::symbolicate(&data, &Default::default());
     SymbolTable::from_symbols(env, &symbols).map_err(napi_fail)
 }

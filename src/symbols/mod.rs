@@ -1,26 +1,213 @@
 //! Symbolization: frame addresses to function names, modules, files and
 //! lines.
+//!
+//! Crates: `object` for symbol tables and `addr2line` for DWARF (the gimli
+//! stack that std's backtraces and samply build on), `cpp_demangle` and
+//! `rustc-demangle`. Chosen over `wholesym` (async, much larger dependency
+//! tree, made for out-of-process symbol servers) and `blazesym` (Linux
+//! only; we must also build for macOS).
+//!
+//! Each frame is resolved, in order, by:
+//! 1. the module containing it (from the profile's module table): the
+//!    nearest symbol at or below its file address, demangled, with file:line
+//!    from DWARF where present;
+//! 2. V8's perf map for JIT code (`/tmp/perf-<pid>.map`);
+//! 3. otherwise it stays `0x…`, attributed to its module if it has one.
+//!
+//! Return addresses point after the call, so every frame used as a caller is
+//! looked up at `address - 1`; only frames that are never callers (sample
+//! leaves, the interrupted pc) are looked up as is.
+//!
+//! Module tables are cached for the life of the process, keyed by path and
+//! build id, so symbolizing a second profile is cheap.
+
+pub mod demangle;
+pub mod module;
+pub mod perfmap;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustc_hash::FxHashMap;
 
 use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
+use module::ModuleSymbols;
+use perfmap::{parse_name, PerfMap};
 
-/// The module containing `addr`, if any.
-pub fn module_of(profile: &ProfileData, addr: u64) -> Option<usize> {
-    profile.modules.iter().position(|m| m.start <= addr && addr < m.end)
+/// Where to find JIT names.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolicateOptions {
+    /// The perf map to read; default `/tmp/perf-<pid>.map` of the profile's
+    /// process.
+    pub perf_map: Option<PathBuf>,
+}
+
+type Cache = Mutex<HashMap<(String, String), Arc<Mutex<ModuleSymbols>>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+fn module_symbols(path: &str, build_id: &str) -> Arc<Mutex<ModuleSymbols>> {
+    let key = (path.to_string(), build_id.to_string());
+    let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
+    c.entry(key).or_insert_with(|| Arc::new(Mutex::new(ModuleSymbols::load(Path::new(path), build_id)))).clone()
+}
+
+/// Drops every cached module table (for tests and long-lived tools).
+pub fn clear_cache() {
+    cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// For each frame, whether it is ever a caller (a return address) rather
+/// than only the interrupted pc.
+fn caller_frames(profile: &ProfileData) -> Vec<bool> {
+    let mut caller = vec![false; profile.frame_address.len()];
+    for &parent in &profile.stack_parent {
+        if parent >= 0 {
+            if let Some(&f) = profile.stack_frame.get(parent as usize) {
+                if let Some(c) = caller.get_mut(f as usize) {
+                    *c = true;
+                }
+            }
+        }
+    }
+    caller
+}
+
+#[derive(Hash, PartialEq, Eq)]
+enum FunctionKey {
+    Native { module: usize, start: u64 },
+    Jit(usize),
+    Unknown(u64),
 }
 
 /// Resolves every frame of `profile`.
-pub fn symbolicate(profile: &ProfileData) -> Symbols {
-    let mut functions = Vec::new();
+pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbols {
+    let caller = caller_frames(profile);
+    let mut modules: Vec<(usize, u64, u64)> =
+        profile.modules.iter().enumerate().map(|(i, m)| (i, m.start, m.end)).collect();
+    modules.sort_by_key(|m| m.1);
+    let module_of = |addr: u64| -> Option<usize> {
+        let i = modules.partition_point(|m| m.1 <= addr).checked_sub(1)?;
+        let (idx, _, end) = modules[i];
+        (addr < end).then_some(idx)
+    };
+    let perf_map_path =
+        options.perf_map.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/perf-{}.map", profile.meta.pid)));
+    let mut perf_map: Option<PerfMap> = None;
+    let mut tables: FxHashMap<usize, Arc<Mutex<ModuleSymbols>>> = FxHashMap::default();
+
+    let mut functions: Vec<Function> = Vec::new();
+    let mut by_key: FxHashMap<FunctionKey, u32> = FxHashMap::default();
     let mut frame_function = Vec::with_capacity(profile.frame_address.len());
-    for &addr in &profile.frame_address {
-        frame_function.push(functions.len() as u32);
-        functions.push(Function {
+    let mut frame_line = Vec::with_capacity(profile.frame_address.len());
+    let mut intern = |key: FunctionKey, make: &mut dyn FnMut() -> Function| -> u32 {
+        *by_key.entry(key).or_insert_with(|| {
+            functions.push(make());
+            (functions.len() - 1) as u32
+        })
+    };
+
+    for (i, &addr) in profile.frame_address.iter().enumerate() {
+        let probe = if caller[i] { addr.saturating_sub(1) } else { addr };
+        let module = module_of(probe);
+        if let Some(mi) = module {
+            let m = &profile.modules[mi];
+            let table = tables.entry(mi).or_insert_with(|| module_symbols(&m.path, &m.build_id));
+            let hit = table.lock().unwrap_or_else(|e| e.into_inner()).lookup(probe.wrapping_sub(m.bias));
+            if let Some((hit, line)) = hit {
+                let f = intern(FunctionKey::Native { module: mi, start: hit.start }, &mut || Function {
+                    name: hit.name.clone(),
+                    module: mi as i32,
+                    file: hit.file.clone(),
+                    line: hit.line,
+                    kind: FunctionKind::Native,
+                });
+                frame_function.push(f);
+                frame_line.push(line);
+                continue;
+            }
+        } else {
+            // Not in any module: JIT code, if V8 wrote a perf map.
+            let map = perf_map.get_or_insert_with(|| PerfMap::read(&perf_map_path));
+            if let Some((entry_index, entry)) = map.find(probe) {
+                let f = intern(FunctionKey::Jit(entry_index), &mut || {
+                    let n = parse_name(&entry.raw);
+                    Function {
+                        name: n.display,
+                        module: -1,
+                        file: n.file,
+                        line: n.line,
+                        kind: if n.is_js { FunctionKind::Js } else { FunctionKind::Native },
+                    }
+                });
+                frame_function.push(f);
+                frame_line.push(0);
+                continue;
+            }
+        }
+        let f = intern(FunctionKey::Unknown(addr), &mut || Function {
             name: format!("0x{addr:x}"),
-            module: module_of(profile, addr).map(|m| m as i32).unwrap_or(-1),
+            module: module.map_or(-1, |m| m as i32),
             file: String::new(),
             line: 0,
             kind: FunctionKind::Unknown,
         });
+        frame_function.push(f);
+        frame_line.push(0);
     }
-    Symbols { frame_line: vec![0; frame_function.len()], frame_function, functions }
+    Symbols { frame_function, frame_line, functions }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+
+    #[test]
+    fn unknown_addresses_stay_hex_with_their_module() {
+        let mut p = sample_profile();
+        p.symbols = None;
+        p.modules[0].path = "/nonexistent/app".into();
+        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()) });
+        assert_eq!(s.frame_function.len(), 4);
+        assert_eq!(s.functions[s.frame_function[1] as usize].name, "0x2000");
+        assert_eq!(s.functions[0].module, 0);
+        assert!(s.functions.iter().all(|f| f.kind == FunctionKind::Unknown));
+    }
+
+    #[test]
+    fn jit_frames_are_named_from_the_perf_map() {
+        let mut p = sample_profile();
+        p.modules.clear();
+        let dir = std::env::temp_dir().join(format!("machsampler-perfmap-{}", std::process::id()));
+        std::fs::write(&dir, "1f00 200 JS:*main /app.js:1:1\n2f00 200 JS:~b /app.js:5:3\n").unwrap();
+        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some(dir.clone()) });
+        std::fs::remove_file(&dir).unwrap();
+        let name = |frame: usize| s.functions[s.frame_function[frame] as usize].name.clone();
+        // Frame 0 (0x1000) is a caller: looked up at 0xfff, outside the map.
+        assert_eq!(name(0), "0x1000");
+        assert_eq!(name(1), "main (/app.js:1:1)"); // 0x2000 - 1 = 0x1fff
+        assert_eq!(name(2), "b (/app.js:5:3)"); // leaf: 0x3000 itself
+        let b = &s.functions[s.frame_function[2] as usize];
+        assert_eq!((b.kind, b.file.as_str(), b.line), (FunctionKind::Js, "/app.js", 5));
+    }
+
+    #[test]
+    fn native_frames_of_this_process_resolve() {
+        let mut p = sample_profile();
+        p.modules = crate::platform::loaded_modules();
+        let addr = native_frames_of_this_process_resolve as *const () as u64;
+        p.frame_address = vec![addr + 8, addr + 16, addr + 24, addr + 32];
+        let s = symbolicate(&p, &SymbolicateOptions::default());
+        let f = &s.functions[s.frame_function[2] as usize];
+        assert!(f.name.contains("native_frames_of_this_process_resolve"), "{}", f.name);
+        assert_eq!(f.kind, FunctionKind::Native);
+        assert!(f.module >= 0);
+        // All four frames are in the same function: one entry.
+        assert!(s.frame_function.iter().all(|&x| x == s.frame_function[2]));
+    }
 }

@@ -1,0 +1,59 @@
+'use strict'
+// Symbolization through the built addon: native names on the right
+// threads, JIT names from V8's perf map, saved profiles, broken inputs.
+const { scenario } = require('./helpers')
+
+const linux = process.platform === 'linux'
+const describeLinux = linux ? describe : describe.skip
+const names = (list) => list.map(([n]) => n)
+
+describeLinux('native names', () => {
+  test('zlib and OpenSSL functions are named on the main thread (sync work)', () => {
+    const { top } = scenario('natives', { async: false })
+    const main = names(top.main)
+    expect(main.some((n) => n.startsWith('deflate') || n === 'longest_match')).toBe(true)
+    expect(main.some((n) => /^(sha256_block|SHA256|PKCS5_PBKDF2_HMAC|kdf_pbkdf2)/.test(n))).toBe(true)
+  })
+
+  test('async crypto.pbkdf2 runs on the libuv pool, not the main thread', () => {
+    const { top } = scenario('natives', { async: true })
+    const sha = (n) => /^(sha256_block|SHA256|PKCS5_PBKDF2_HMAC|kdf_pbkdf2|HMAC)/.test(n)
+    expect(names(top.other).filter(sha).length).toBeGreaterThan(0)
+    const shaOnOther = top.other.filter(([n]) => sha(n)).reduce((a, [, c]) => a + c, 0)
+    const shaOnMain = top.main.filter(([n]) => sha(n)).reduce((a, [, c]) => a + c, 0)
+    expect(shaOnOther).toBeGreaterThan(20)
+    expect(shaOnMain).toBe(0)
+  })
+})
+
+describeLinux('JIT names', () => {
+  test('with the perf-map flags, fib is the hottest self function of the main thread', () => {
+    const { top } = scenario('jit', {}, { nodeArgs: ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack'] })
+    const [hottest] = top.main[0]
+    expect(hottest).toMatch(/^fib \(.*scenario\.js:\d+:\d+\)$/)
+  })
+
+  test('without the flags, JIT code is not named (it shows as 0x… or Builtins_*)', () => {
+    const { top } = scenario('jit', {})
+    const main = names(top.main)
+    expect(main.some((n) => n.startsWith('fib'))).toBe(false)
+    expect(main[0]).toMatch(/^(0x[0-9a-f]+|Builtins_\w+)$/)
+  })
+})
+
+describeLinux('saved profiles and bad input', () => {
+  test('a profile saved to disk is symbolized later; missing files, rebuilt binaries and garbage give unknown names', () => {
+    const r = scenario('saved')
+    expect(r.freshHasDeflate).toBe(true)
+    expect(r.goneKinds).toEqual(['unknown'])
+    expect(r.goneModulesKept).toBe(true)
+    expect(r.rebuiltKinds).toEqual(['unknown'])
+    expect(r.garbageFunctions).toBeGreaterThan(0)
+  })
+})
+
+if (!linux) {
+  test(`Linux symbolization suites skipped on ${process.platform}: they rely on /proc and V8's Linux perf map`, () => {
+    expect(linux).toBe(false)
+  })
+}

@@ -1,0 +1,171 @@
+//! V8's perf map (`/tmp/perf-<pid>.map`), written when node runs with
+//! `--perf-basic-prof` or `--perf-basic-prof-only-functions`.
+//!
+//! Each line is `START SIZE NAME`, START and SIZE in hex without `0x`. The
+//! file is append-only: when V8 moves or frees code, a later line may cover
+//! addresses an earlier one did, and the later line wins. A truncated or
+//! garbled line is skipped, never an error.
+
+use std::path::Path;
+
+/// One code object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitEntry {
+    pub start: u64,
+    pub end: u64,
+    /// As V8 wrote it, e.g. `JS:*fib /app/fib.js:3:13`.
+    pub raw: String,
+}
+
+/// The name of a JIT code object, split into parts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitName {
+    /// `fib (/app/fib.js:3:13)` for JavaScript, the raw text otherwise.
+    pub display: String,
+    pub file: String,
+    pub line: u32,
+    /// True for JavaScript functions (not builtins, stubs or regexps).
+    pub is_js: bool,
+}
+
+/// Parses V8's perf-map names. JavaScript functions appear as
+/// `JS:<tier><name> <url>:<line>:<column>` (Node 18+; `LazyCompile:` and
+/// `Function:` in older V8), where the tier mark is `*` (optimized), `~`
+/// (interpreted or baseline), `^` (Sparkplug) or `+` (Maglev).
+pub fn parse_name(raw: &str) -> JitName {
+    let plain = JitName { display: raw.to_string(), file: String::new(), line: 0, is_js: false };
+    let Some((kind, rest)) = raw.split_once(':') else { return plain };
+    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script") {
+        return plain;
+    }
+    let rest = rest.trim_start_matches(['*', '~', '^', '+']);
+    // The location is the last space-separated word, ending in :line:column.
+    let (name, location) = match rest.rsplit_once(' ') {
+        Some((n, loc)) => (n.trim(), loc),
+        None => ("", rest),
+    };
+    let mut parts = location.rsplitn(3, ':');
+    let (col, line, file) = (parts.next(), parts.next(), parts.next());
+    let line_no = line.and_then(|l| l.parse::<u32>().ok());
+    let name = if name.is_empty() { "(anonymous)" } else { name };
+    match (file, line_no, col.and_then(|c| c.parse::<u32>().ok())) {
+        (Some(file), Some(line), Some(_)) => {
+            JitName { display: format!("{name} ({location})"), file: file.to_string(), line, is_js: true }
+        }
+        _ => JitName { display: format!("{name} ({location})"), file: location.to_string(), line: 0, is_js: true },
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PerfMap {
+    /// Sorted by start; `seq` records file order so later lines win.
+    entries: Vec<(JitEntry, usize)>,
+    /// Longest entry, to bound the backward scan in `find`.
+    max_len: u64,
+}
+
+impl PerfMap {
+    pub fn parse(text: &str) -> PerfMap {
+        let mut entries = Vec::new();
+        let mut max_len = 0;
+        for (seq, line) in text.lines().enumerate() {
+            let mut it = line.splitn(3, ' ');
+            let (Some(start), Some(size), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
+            let (Ok(start), Ok(size)) = (u64::from_str_radix(start, 16), u64::from_str_radix(size, 16)) else {
+                continue;
+            };
+            let Some(end) = start.checked_add(size) else { continue };
+            if size == 0 || name.is_empty() {
+                continue;
+            }
+            max_len = max_len.max(size);
+            entries.push((JitEntry { start, end, raw: name.to_string() }, seq));
+        }
+        entries.sort_by_key(|(e, seq)| (e.start, *seq));
+        PerfMap { entries, max_len }
+    }
+
+    /// Reads a perf map; a missing or unreadable file is an empty map.
+    pub fn read(path: &Path) -> PerfMap {
+        match std::fs::read(path) {
+            Ok(bytes) => Self::parse(&String::from_utf8_lossy(&bytes)),
+            Err(_) => PerfMap::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry covering `addr` written last, with its index (a stable key).
+    pub fn find(&self, addr: u64) -> Option<(usize, &JitEntry)> {
+        let upper = self.entries.partition_point(|(e, _)| e.start <= addr);
+        let mut best: Option<(usize, usize)> = None; // (index, seq)
+        for i in (0..upper).rev() {
+            let (e, seq) = &self.entries[i];
+            if addr - e.start >= self.max_len {
+                break; // no earlier entry can reach this far
+            }
+            if addr < e.end && best.is_none_or(|(_, s)| *seq > s) {
+                best = Some((i, *seq));
+            }
+        }
+        best.map(|(i, _)| (i, &self.entries[i].0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_entries_and_later_lines_win() {
+        let m = PerfMap::parse(
+            "1000 100 JS:*fib /app/fib.js:3:13\n\
+             2000 10 Builtin:ArgumentsAdaptorTrampoline\n\
+             1000 40 JS:~moved /app/m.js:1:1\n\
+             garbage line\n\
+             zz 10 bad\n\
+             3000 0 empty\n\
+             4000 20",
+        );
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.find(0x1010).unwrap().1.raw, "JS:~moved /app/m.js:1:1");
+        assert_eq!(m.find(0x1050).unwrap().1.raw, "JS:*fib /app/fib.js:3:13");
+        assert_eq!(m.find(0x2005).unwrap().1.raw, "Builtin:ArgumentsAdaptorTrampoline");
+        assert!(m.find(0x10ff + 1).is_none());
+        assert!(m.find(0x999).is_none());
+        assert!(m.find(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn truncated_file_is_tolerated() {
+        let m = PerfMap::parse("1000 100 JS:*a /x.js:1:1\n2000 4");
+        assert_eq!(m.len(), 1);
+        assert!(PerfMap::read(Path::new("/nonexistent/perf-1.map")).is_empty());
+    }
+
+    #[test]
+    fn parses_v8_names() {
+        let n = parse_name("JS:*fib /app/fib.js:3:13");
+        assert_eq!(
+            n,
+            JitName { display: "fib (/app/fib.js:3:13)".into(), file: "/app/fib.js".into(), line: 3, is_js: true }
+        );
+        let n = parse_name("JS:~ file:///C:/a b/app.mjs:10:2");
+        assert!(n.is_js);
+        assert_eq!(n.line, 10);
+        let n = parse_name("LazyCompile:~hot /x.js:1:1");
+        assert_eq!(n.display, "hot (/x.js:1:1)");
+        let n = parse_name("Builtin:InterpreterEntryTrampoline");
+        assert!(!n.is_js);
+        assert_eq!(n.display, "Builtin:InterpreterEntryTrampoline");
+        assert!(!parse_name("no colon at all").is_js);
+        let n = parse_name("JS:*weird");
+        assert!(n.is_js);
+    }
+}

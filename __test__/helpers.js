@@ -19,8 +19,8 @@ function scenario(name, options = {}, { env = {}, node = process.execPath, nodeA
 }
 
 /** Runs a scenario and returns the raw process result (for crash tests). */
-function scenarioRaw(name, options = {}, { env = {}, timeoutMs = 60000 } = {}) {
-  return spawnSync(process.execPath, [SCENARIO, name, JSON.stringify(options)], {
+function scenarioRaw(name, options = {}, { env = {}, node = process.execPath, timeoutMs = 60000 } = {}) {
+  return spawnSync(node, [SCENARIO, name, JSON.stringify(options)], {
     env: { ...process.env, ...env },
     encoding: 'utf8',
     timeout: timeoutMs,

@@ -29,31 +29,34 @@ pub struct JitName {
 }
 
 /// Parses V8's perf-map names. JavaScript functions appear as
-/// `JS:<tier><name> <url>:<line>:<column>` (Node 18+; `LazyCompile:` and
-/// `Function:` in older V8), where the tier mark is `*` (optimized), `~`
-/// (interpreted or baseline), `^` (Sparkplug) or `+` (Maglev).
+/// `JS:<tier><name> <url>:<line>:<column>` (Node 20+) or
+/// `LazyCompile:<tier><name> <url>:<line>` (Node 18), where the tier mark is
+/// `*` (optimized), `~` (interpreted or baseline), `^` (Sparkplug) or `+`
+/// (Maglev), followed in newer V8 by `'` for context-specialized code.
 pub fn parse_name(raw: &str) -> JitName {
     let plain = JitName { display: raw.to_string(), file: String::new(), line: 0, is_js: false };
     let Some((kind, rest)) = raw.split_once(':') else { return plain };
-    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script") {
+    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval") {
         return plain;
     }
-    let rest = rest.trim_start_matches(['*', '~', '^', '+']);
-    // The location is the last space-separated word, ending in :line:column.
+    let rest = rest.trim_start_matches(['*', '~', '^', '+', '\'']);
+    // The location is the last space-separated word: url:line[:column].
     let (name, location) = match rest.rsplit_once(' ') {
         Some((n, loc)) => (n.trim(), loc),
         None => ("", rest),
     };
-    let mut parts = location.rsplitn(3, ':');
-    let (col, line, file) = (parts.next(), parts.next(), parts.next());
-    let line_no = line.and_then(|l| l.parse::<u32>().ok());
     let name = if name.is_empty() { "(anonymous)" } else { name };
-    match (file, line_no, col.and_then(|c| c.parse::<u32>().ok())) {
-        (Some(file), Some(line), Some(_)) => {
-            JitName { display: format!("{name} ({location})"), file: file.to_string(), line, is_js: true }
+    let display = format!("{name} ({location})");
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (file, line) = match location.rsplitn(3, ':').collect::<Vec<_>>()[..] {
+        [col, line, file] if numeric(col) && numeric(line) => (file, line.parse().unwrap_or(0)),
+        [line, ..] if numeric(line) => {
+            let file = location.rsplit_once(':').map_or(location, |(f, _)| f);
+            (file, line.parse().unwrap_or(0))
         }
-        _ => JitName { display: format!("{name} ({location})"), file: location.to_string(), line: 0, is_js: true },
-    }
+        _ => (location, 0),
+    };
+    JitName { display, file: file.to_string(), line, is_js: true }
 }
 
 #[derive(Debug, Default)]
@@ -167,5 +170,13 @@ mod tests {
         assert!(!parse_name("no colon at all").is_js);
         let n = parse_name("JS:*weird");
         assert!(n.is_js);
+        // Node 18: no column.
+        let n = parse_name("LazyCompile:*fib /app/fib.js:306");
+        assert_eq!((n.display.as_str(), n.file.as_str(), n.line), ("fib (/app/fib.js:306)", "/app/fib.js", 306));
+        // Node 24+: context-specialized mark.
+        let n = parse_name("JS:*'fib [eval]:1:13");
+        assert_eq!((n.display.as_str(), n.file.as_str(), n.line), ("fib ([eval]:1:13)", "[eval]", 1));
+        let n = parse_name("JS:~ node:internal/main/eval_string:1:1");
+        assert_eq!(n.display, "(anonymous) (node:internal/main/eval_string:1:1)");
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod control;
 pub mod core;
+pub mod formats;
 pub mod platform;
 pub mod profile;
 pub mod symbols;

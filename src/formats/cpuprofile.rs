@@ -1,0 +1,183 @@
+//! Chrome's `.cpuprofile` (the DevTools protocol's `Profiler.Profile`), as
+//! Chrome DevTools, VS Code and Node's `--cpu-prof` use it. The format has
+//! one thread, so this is the main thread (or, if no thread is marked main,
+//! the one with the most samples).
+//!
+//! Nodes are the call tree by function under a `(root)` node; `samples` and
+//! `timeDeltas` (microseconds) give the timeline. Idle samples are kept with
+//! their stack: DevTools shows them as time spent where the thread waited.
+
+use serde::Serialize;
+
+use super::names::{module_name, resolve};
+use super::tree::CallTree;
+use crate::profile::ProfileData;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CpuProfile {
+    nodes: Vec<Node>,
+    start_time: u64,
+    end_time: u64,
+    samples: Vec<u32>,
+    time_deltas: Vec<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Node {
+    id: u32,
+    call_frame: CallFrame,
+    hit_count: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    children: Vec<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallFrame {
+    function_name: String,
+    script_id: String,
+    url: String,
+    line_number: i64,
+    column_number: i64,
+}
+
+/// The thread a single-thread format shows.
+pub fn main_thread(profile: &ProfileData) -> Option<usize> {
+    if let Some(t) = profile.threads.iter().position(|t| t.is_main) {
+        return Some(t);
+    }
+    let mut counts = vec![0u64; profile.threads.len()];
+    for &t in &profile.sample_thread {
+        counts[t as usize] += 1;
+    }
+    (0..counts.len()).max_by_key(|&t| counts[t])
+}
+
+/// A source path as the URL DevTools and VS Code resolve: absolute paths
+/// become `file://` URLs, anything else is passed through.
+fn url_of(file: &str) -> String {
+    if file.starts_with('/') {
+        format!("file://{file}")
+    } else {
+        file.to_string()
+    }
+}
+
+pub fn export(profile: &ProfileData) -> Vec<u8> {
+    let symbols = resolve(profile);
+    let tree = CallTree::build(profile, &symbols);
+    let thread = main_thread(profile);
+    let mut indices: Vec<usize> =
+        (0..profile.sample_count()).filter(|&i| Some(profile.sample_thread[i] as usize) == thread).collect();
+    indices.sort_by_key(|&i| profile.sample_time_ns[i]);
+
+    // Ids: 1 is (root); call-tree nodes this thread reaches get 2, 3, ….
+    let mut id = vec![0u32; tree.len()];
+    let mut order = Vec::new(); // call-tree nodes in id order
+    let mut hits = vec![0u64; tree.len()];
+    for &i in &indices {
+        let leaf = tree.of_stack[profile.sample_stack[i] as usize];
+        hits[leaf as usize] += 1;
+        for n in tree.path(leaf) {
+            if id[n as usize] == 0 {
+                order.push(n);
+                id[n as usize] = order.len() as u32 + 1;
+            }
+        }
+    }
+    let mut root = Node {
+        id: 1,
+        call_frame: CallFrame {
+            function_name: "(root)".into(),
+            script_id: "0".into(),
+            url: String::new(),
+            line_number: -1,
+            column_number: -1,
+        },
+        hit_count: 0,
+        children: Vec::new(),
+    };
+    let mut nodes: Vec<Node> = order
+        .iter()
+        .map(|&n| {
+            let f = &symbols.functions[tree.func[n as usize] as usize];
+            // Native functions: name the module, as DevTools does for
+            // native frames, so `memcpy` from libc and from node differ.
+            let url = if f.file.is_empty() { module_name(profile, f).to_string() } else { url_of(&f.file) };
+            Node {
+                id: id[n as usize],
+                call_frame: CallFrame {
+                    function_name: f.name.clone(),
+                    script_id: "0".into(),
+                    url,
+                    line_number: f.line as i64 - 1, // 0-based; -1 if unknown
+                    column_number: -1,
+                },
+                hit_count: hits[n as usize],
+                children: Vec::new(),
+            }
+        })
+        .collect();
+    for &n in &order {
+        let child = id[n as usize];
+        match tree.parent[n as usize] {
+            p if p < 0 => root.children.push(child),
+            p => nodes[id[p as usize] as usize - 2].children.push(child),
+        }
+    }
+    nodes.insert(0, root);
+
+    let us = |ns: u64| ns / 1000;
+    let start_time = us(profile.start_ns);
+    let mut last = start_time as i64;
+    let mut time_deltas = Vec::with_capacity(indices.len());
+    for &i in &indices {
+        let t = us(profile.sample_time_ns[i]) as i64;
+        time_deltas.push(t - last);
+        last = t;
+    }
+    let out = CpuProfile {
+        nodes,
+        start_time,
+        end_time: us(profile.end_ns).max(last as u64),
+        samples: indices.iter().map(|&i| id[tree.of_stack[profile.sample_stack[i] as usize] as usize]).collect(),
+        time_deltas,
+    };
+    // Serializing plain data into a Vec cannot fail.
+    serde_json::to_vec(&out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+
+    #[test]
+    fn main_thread_tree_and_timeline() {
+        let p = sample_profile();
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let nodes = v["nodes"].as_array().unwrap();
+        // (root) > main > a > b
+        assert_eq!(nodes.len(), 4);
+        assert_eq!(nodes[0]["callFrame"]["functionName"], "(root)");
+        assert_eq!(nodes[0]["children"], serde_json::json!([2]));
+        assert_eq!(nodes[3]["callFrame"]["functionName"], "b");
+        assert_eq!(nodes[3]["hitCount"], 2);
+        assert_eq!(nodes[3]["callFrame"]["lineNumber"], 0);
+        assert_eq!(v["samples"], serde_json::json!([4, 4]));
+        assert_eq!(v["timeDeltas"], serde_json::json!([1, 1]));
+        assert_eq!(v["startTime"], 0);
+        assert_eq!(v["endTime"], 3);
+    }
+
+    #[test]
+    fn without_a_main_thread_the_busiest_is_shown() {
+        let mut p = sample_profile();
+        p.threads[0].is_main = false;
+        p.sample_thread = vec![1, 1, 1, 0];
+        assert_eq!(main_thread(&p), Some(1));
+        assert_eq!(main_thread(&ProfileData::default()), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! The Firefox Profiler's processed format (profiler.firefox.com), written
+//! by `fxprof-processed-profile`, the crate samply uses, so the output
+//! follows the format version the Profiler loads.
+//!
+//! One process, one thread per sampled thread, each sample with its CPU
+//! delta (the Profiler draws CPU usage from it; idle samples have none).
+//! Frames are labels carrying the resolved names; JS functions are flagged
+//! so the Profiler's "JavaScript only" call tree works, and categories
+//! colour JS, native and unresolved frames apart.
+
+use fxprof_processed_profile::{
+    CategoryColor, CategoryHandle, CpuDelta, Frame, FrameFlags, FrameHandle, FrameInfo, Profile, ReferenceTimestamp,
+    SamplingInterval, StackHandle, ThreadHandle, Timestamp,
+};
+use rustc_hash::FxHashMap;
+
+use super::names::resolve;
+use crate::profile::{FunctionKind, ProfileData, Symbols};
+
+/// Per-thread interning: fxprof handles belong to one thread.
+struct ThreadCtx {
+    handle: ThreadHandle,
+    frames: FxHashMap<u32, FrameHandle>,
+    stacks: FxHashMap<u32, StackHandle>,
+}
+
+struct Writer<'a> {
+    profile: &'a ProfileData,
+    symbols: &'a Symbols,
+    fx: Profile,
+    categories: [CategoryHandle; 3],
+}
+
+impl Writer<'_> {
+    fn frame(&mut self, ctx: &mut ThreadCtx, func: u32) -> FrameHandle {
+        if let Some(&h) = ctx.frames.get(&func) {
+            return h;
+        }
+        let f = &self.symbols.functions[func as usize];
+        let (category, flags) = match f.kind {
+            FunctionKind::Js => (self.categories[0], FrameFlags::IS_JS),
+            FunctionKind::Native => (self.categories[1], FrameFlags::empty()),
+            FunctionKind::Unknown => (self.categories[2], FrameFlags::empty()),
+        };
+        let label = self.fx.intern_string(&f.name);
+        let h = self
+            .fx
+            .intern_frame(ctx.handle, FrameInfo { frame: Frame::Label(label), category_pair: category.into(), flags });
+        ctx.frames.insert(func, h);
+        h
+    }
+
+    /// The fxprof stack for stack-table node `node`, interning the nodes
+    /// above it that this thread has not used yet (root first).
+    fn stack(&mut self, ctx: &mut ThreadCtx, node: u32) -> Option<StackHandle> {
+        let mut missing = Vec::new();
+        let mut n = node as i32;
+        let mut parent = None;
+        while n >= 0 {
+            if let Some(&h) = ctx.stacks.get(&(n as u32)) {
+                parent = Some(h);
+                break;
+            }
+            missing.push(n as u32);
+            n = self.profile.stack_parent[n as usize];
+        }
+        for &m in missing.iter().rev() {
+            let func = self.symbols.frame_function[self.profile.stack_frame[m as usize] as usize];
+            let frame = self.frame(ctx, func);
+            let h = self.fx.intern_stack(ctx.handle, parent, frame);
+            ctx.stacks.insert(m, h);
+            parent = Some(h);
+        }
+        parent
+    }
+}
+
+pub fn export(profile: &ProfileData) -> Vec<u8> {
+    let symbols = resolve(profile);
+    let mut fx = Profile::new(
+        "machsampler",
+        ReferenceTimestamp::from_millis_since_unix_epoch(profile.start_wall_ms),
+        SamplingInterval::from_nanos(profile.interval_ns.max(1)),
+    );
+    fx.set_os_name(&profile.meta.platform);
+    fx.set_symbolicated(profile.symbols.is_some());
+    let categories = [
+        fx.add_category("JavaScript", CategoryColor::Yellow),
+        fx.add_category("Native", CategoryColor::LightBlue),
+        fx.add_category("Unresolved", CategoryColor::Gray),
+    ];
+    let at = |ns: u64| Timestamp::from_nanos_since_reference(ns.saturating_sub(profile.start_ns));
+    // The Profiler names the main thread after its process: use the main
+    // thread's own name ("node", "electron", …) for both.
+    let process_name = profile.threads.iter().find(|t| t.is_main && !t.name.is_empty()).map_or("node", |t| &t.name);
+    let process = fx.add_process(process_name, profile.meta.pid, at(profile.start_ns));
+    fx.set_process_end_time(process, at(profile.end_ns));
+
+    let mut order: Vec<usize> = (0..profile.sample_count()).collect();
+    order.sort_by_key(|&i| profile.sample_time_ns[i]);
+    let mut first_sample = vec![None; profile.threads.len()];
+    for &i in &order {
+        first_sample[profile.sample_thread[i] as usize].get_or_insert(profile.sample_time_ns[i]);
+    }
+
+    let mut w = Writer { profile, symbols: &symbols, fx, categories };
+    let mut threads: Vec<Option<ThreadCtx>> = Vec::with_capacity(profile.threads.len());
+    for (t, rec) in profile.threads.iter().enumerate() {
+        // Threads without samples would be empty tracks; leave them out.
+        threads.push(first_sample[t].map(|start| {
+            let handle = w.fx.add_thread(process, rec.tid as u32, at(start), rec.is_main);
+            w.fx.set_thread_name(handle, if rec.name.is_empty() { "thread" } else { &rec.name });
+            ThreadCtx { handle, frames: FxHashMap::default(), stacks: FxHashMap::default() }
+        }));
+    }
+    for &i in &order {
+        let Some(ctx) = threads[profile.sample_thread[i] as usize].as_mut() else { continue };
+        let stack = w.stack(ctx, profile.sample_stack[i]);
+        let cpu = CpuDelta::from_nanos(profile.sample_cpu_delta_ns[i]);
+        w.fx.add_sample(ctx.handle, at(profile.sample_time_ns[i]), stack, cpu, 1);
+    }
+    // Serializing plain data into a Vec cannot fail.
+    serde_json::to_vec(&w.fx).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+
+    #[test]
+    fn threads_samples_and_names() {
+        let p = sample_profile();
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let threads = v["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 2);
+        assert_eq!(threads[0]["name"], "main");
+        assert_eq!(threads[0]["isMainThread"], true);
+        assert_eq!(threads[1]["tid"], "101");
+        assert_eq!(threads[0]["samples"]["length"], 2);
+        let strings: Vec<&str> = v["shared"]["stringArray"]
+            .as_array()
+            .or(threads[0]["stringArray"].as_array())
+            .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
+            .unwrap_or_default();
+        for name in ["main", "a", "b"] {
+            assert!(strings.contains(&name), "{name} missing from {strings:?}");
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Exporters: a `ProfileData` written in the formats people open, plus
+//! machsampler's own lossless `.machprof`, which is also read back.
+//!
+//! | format       | file name                 | what it holds                                   |
+//! |--------------|---------------------------|-------------------------------------------------|
+//! | `machprof`   | `.machprof`               | everything, losslessly (see `machprof.rs`)      |
+//! | `pprof`      | `.pb.gz`, `.pprof`        | aggregated stacks, wall + CPU time, per thread  |
+//! | `speedscope` | `.speedscope.json`        | one sampled profile per thread                  |
+//! | `firefox`    | `.fxprof.json`            | Firefox Profiler processed format, per thread   |
+//! | `cpuprofile` | `.cpuprofile`             | Chrome DevTools / VS Code, main thread          |
+//! | `collapsed`  | `.collapsed`, `.folded`   | `root;…;leaf count` lines                       |
+//! | `html`       | `.html`, `.htm`           | self-contained flame graph page (search, zoom)  |
+//! | `svg`        | `.svg`                    | the same flame graph as a bare SVG              |
+//!
+//! Names come from `profile.symbols` when the profile has been symbolicated,
+//! otherwise every frame is its own function named by its `0x…` address
+//! (see `names.rs`). Exporting never symbolicates: that reads module files
+//! and the perf map, which only the caller knows are still there.
+//!
+//! # Idle samples
+//! The sampler records an idle thread's previous stack again, marked idle,
+//! without stopping it. Those samples are real wall-clock samples, so the
+//! timeline formats (machprof, pprof, speedscope, firefox, cpuprofile) keep
+//! all of them, and carry CPU time where the format can (pprof has a
+//! `cpu/nanoseconds` value and a `state` label, Firefox a CPU delta). The
+//! aggregated views (collapsed stacks, flame graphs, the report) answer
+//! "where does the CPU go", and a thread blocked in `epoll_wait` for the
+//! whole run would otherwise dwarf the work; they leave idle samples out
+//! unless `include_idle` is set.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::profile::ProfileData;
+
+mod collapsed;
+mod cpuprofile;
+mod firefox;
+mod flamegraph;
+pub mod machprof;
+pub mod names;
+mod pprof;
+pub mod report;
+mod speedscope;
+pub mod tree;
+
+/// An output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Machprof,
+    Pprof,
+    Speedscope,
+    Firefox,
+    Cpuprofile,
+    Collapsed,
+    FlamegraphHtml,
+    FlamegraphSvg,
+}
+
+/// File-name endings, longest first within a format so that
+/// `x.speedscope.json` is not mistaken for something shorter.
+const EXTENSIONS: &[(&str, Format)] = &[
+    (".machprof", Format::Machprof),
+    (".pb.gz", Format::Pprof),
+    (".pprof", Format::Pprof),
+    (".speedscope.json", Format::Speedscope),
+    (".fxprof.json", Format::Firefox),
+    (".cpuprofile", Format::Cpuprofile),
+    (".collapsed", Format::Collapsed),
+    (".folded", Format::Collapsed),
+    (".html", Format::FlamegraphHtml),
+    (".htm", Format::FlamegraphHtml),
+    (".svg", Format::FlamegraphSvg),
+];
+
+impl Format {
+    pub const ALL: [Format; 8] = [
+        Format::Machprof,
+        Format::Pprof,
+        Format::Speedscope,
+        Format::Firefox,
+        Format::Cpuprofile,
+        Format::Collapsed,
+        Format::FlamegraphHtml,
+        Format::FlamegraphSvg,
+    ];
+
+    /// The name used by `--format` and the JS API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Machprof => "machprof",
+            Format::Pprof => "pprof",
+            Format::Speedscope => "speedscope",
+            Format::Firefox => "firefox",
+            Format::Cpuprofile => "cpuprofile",
+            Format::Collapsed => "collapsed",
+            Format::FlamegraphHtml => "html",
+            Format::FlamegraphSvg => "svg",
+        }
+    }
+
+    /// The usual file-name ending.
+    pub fn extension(self) -> &'static str {
+        EXTENSIONS.iter().find(|(_, f)| *f == self).map(|(e, _)| *e).unwrap_or("")
+    }
+
+    /// Parses a format name; `flamegraph` is an alias of `html`.
+    pub fn parse(name: &str) -> Option<Format> {
+        let name = name.to_ascii_lowercase();
+        if name == "flamegraph" {
+            return Some(Format::FlamegraphHtml);
+        }
+        Format::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// The format a file name implies, by its ending (case-insensitive).
+    pub fn from_path(path: &str) -> Option<Format> {
+        let lower = path.to_ascii_lowercase();
+        EXTENSIONS.iter().find(|(ext, _)| lower.ends_with(ext)).map(|(_, f)| *f)
+    }
+
+    /// "machprof, pprof, …" for error messages.
+    pub fn names() -> String {
+        Format::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// ".machprof, .pb.gz, …" for error messages.
+    pub fn extensions() -> String {
+        EXTENSIONS.iter().map(|(e, _)| *e).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Whether the format aggregates samples into one view, where idle
+    /// samples are left out by default (see the module docs).
+    pub fn is_aggregate(self) -> bool {
+        matches!(self, Format::Collapsed | Format::FlamegraphHtml | Format::FlamegraphSvg)
+    }
+}
+
+/// Options that some formats honour; the others ignore them.
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    /// Keep idle samples in the aggregated views (collapsed, flame graphs).
+    /// The timeline formats always keep them.
+    pub include_idle: bool,
+    /// Start every collapsed stack / flame graph tower with its thread
+    /// (`name (tid)`), so threads are not merged. Default true.
+    pub thread_prefix: bool,
+    /// gzip the `.machprof` payload. Default true; the CLI's hand-off file
+    /// from the profiled process is written uncompressed for speed.
+    pub compress: bool,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions { include_idle: false, thread_prefix: true, compress: true }
+    }
+}
+
+/// `export_with` and default options.
+pub fn export(profile: &ProfileData, format: Format) -> Result<Vec<u8>, String> {
+    export_with(profile, format, &ExportOptions::default())
+}
+
+/// Writes `profile` in `format`. Fails only on a profile that does not
+/// validate (every exporter indexes tables without further checks).
+pub fn export_with(profile: &ProfileData, format: Format, opts: &ExportOptions) -> Result<Vec<u8>, String> {
+    profile.validate()?;
+    let out = match format {
+        Format::Machprof => machprof::encode(profile, opts.compress),
+        Format::Pprof => pprof::export(profile),
+        Format::Speedscope => speedscope::export(profile),
+        Format::Firefox => firefox::export(profile),
+        Format::Cpuprofile => cpuprofile::export(profile),
+        Format::Collapsed => collapsed::export(profile, opts).into_bytes(),
+        Format::FlamegraphHtml => flamegraph::export(profile, opts, true)?,
+        Format::FlamegraphSvg => flamegraph::export(profile, opts, false)?,
+    };
+    Ok(out)
+}
+
+/// Writes `bytes` to `path` so that readers see either the old file or the
+/// whole new one: a temporary file in the same directory (rename is only
+/// atomic within a file system), flushed to disk, then renamed over `path`.
+/// A process killed half-way leaves at most a stray `.tmp` file, never a
+/// truncated profile under the real name.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    if path.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+    }
+    let tmp = temp_path(path);
+    let result = (|| {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Unique within the process (counter) and across processes (pid), and
+    // hidden, so a stray one after a crash is not mistaken for a profile.
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = format!(".{name}.{}-{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+    path.with_file_name(tmp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+
+    #[test]
+    fn formats_by_name_and_extension() {
+        for f in Format::ALL {
+            assert_eq!(Format::parse(f.name()), Some(f));
+            assert_eq!(Format::from_path(&format!("dir.x/out{}", f.extension())), Some(f));
+        }
+        assert_eq!(Format::from_path("A.SPEEDSCOPE.JSON"), Some(Format::Speedscope));
+        assert_eq!(Format::from_path("cpu.pb.gz"), Some(Format::Pprof));
+        assert_eq!(Format::from_path("profile.json"), None);
+        assert_eq!(Format::from_path("machprof"), None);
+        assert_eq!(Format::parse("flamegraph"), Some(Format::FlamegraphHtml));
+        assert_eq!(Format::parse("nope"), None);
+    }
+
+    #[test]
+    fn every_format_exports_the_sample_profile() {
+        let p = sample_profile();
+        for f in Format::ALL {
+            let out = export(&p, f).unwrap_or_else(|e| panic!("{}: {e}", f.name()));
+            assert!(!out.is_empty(), "{}", f.name());
+        }
+        // Without symbols too: names fall back to addresses.
+        let mut p = sample_profile();
+        p.symbols = None;
+        for f in Format::ALL {
+            export(&p, f).unwrap();
+        }
+    }
+
+    #[test]
+    fn every_format_exports_an_empty_profile() {
+        let p = ProfileData::default();
+        for f in Format::ALL {
+            export(&p, f).unwrap_or_else(|e| panic!("{}: {e}", f.name()));
+        }
+    }
+
+    #[test]
+    fn invalid_profiles_are_errors() {
+        let mut p = sample_profile();
+        p.sample_stack[0] = 42;
+        for f in Format::ALL {
+            assert!(export(&p, f).is_err());
+        }
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file_and_leaves_no_temp() {
+        let dir = std::env::temp_dir().join(format!("machsampler-atomic-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.txt");
+        write_atomic(&path, b"first").unwrap();
+        write_atomic(&path, b"second").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second");
+        assert!(write_atomic(&dir, b"x").is_err(), "a directory is not overwritten");
+        assert!(write_atomic(&dir.join("missing/out.txt"), b"x").is_err());
+        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

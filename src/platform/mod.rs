@@ -3,6 +3,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod mach_logic;
 #[cfg(target_vendor = "apple")]
 pub mod macos;
 

@@ -1,0 +1,242 @@
+//! Process-wide thread tracking: the pthread introspection hook and the
+//! registry it feeds.
+//!
+//! The hook is installed once per process, the first time a backend is
+//! created, and never uninstalled: `pthread_introspection_hook_install` is
+//! a plain pointer exchange, so once another library has chained after us,
+//! taking ours out would cut that library off too. [`make_inert`] stops our
+//! tracking while still forwarding every event to the previous hook. The
+//! library is pinned in memory so the hook's code can never be unmapped.
+//!
+//! The hook keeps a registry independent of any sampling session
+//! ([`registry`]); each backend copies it into the session's registry in
+//! `refresh_threads`. Each tracked thread's `handle` is a send right the
+//! registry owns (from `mach_thread_self()` in THREAD_START, or from
+//! `task_threads`), never libpthread's bare port name, which libpthread
+//! releases when the thread exits and the kernel may then give to a new
+//! thread.
+//!
+//! What runs in the hook: libpthread reading its own thread's struct, the
+//! `mach_thread_self` and `mach_port_deallocate` traps, `getpid`, atomics,
+//! and the registry's mutex for a bounded, non-allocating update. No
+//! allocation, no MIG message, no thread-local access (in THREAD_TERMINATE
+//! the thread's TSD destructors have already run), no panics.
+
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
+
+use libc::{pthread_t, size_t};
+use mach2::mach_init::mach_thread_self;
+use mach2::port::{mach_port_t, MACH_PORT_NULL};
+
+use super::threads::deallocate;
+use crate::core::registry::{ThreadEntry, ThreadName, ThreadRegistry};
+use crate::platform::mach_logic::{
+    apply_hook_event, release_right, stack_bounds_from_top, ExitLog, HookEvent, HookOutcome, PortQueue, Release,
+};
+
+/// The hook's signature. libc declares `pthread_introspection_hook_install`
+/// as returning a non-nullable function pointer, but it returns NULL when no
+/// hook was installed before, so we declare it ourselves with `Option`.
+pub type IntrospectionHook = unsafe extern "C" fn(event: c_uint, thread: pthread_t, addr: *mut c_void, size: size_t);
+
+unsafe extern "C" {
+    #[link_name = "pthread_introspection_hook_install"]
+    fn hook_install(hook: IntrospectionHook) -> Option<IntrospectionHook>;
+}
+
+/// Slots the hook can fill between two refreshes without the registry
+/// having to grow; the sampler restores this much headroom every refresh.
+pub const HOOK_HEADROOM: usize = 64;
+const INITIAL_CAPACITY: usize = 256;
+
+static REGISTRY: OnceLock<ThreadRegistry> = OnceLock::new();
+static INSTALL: Once = Once::new();
+static ENABLED: AtomicBool = AtomicBool::new(true);
+/// The pid the hook was installed in. A child forked (without exec) from a
+/// process that had threads inherits our state, but not the threads or the
+/// port names, and possibly a registry mutex some other thread held at the
+/// fork; the hook leaves the registry alone there.
+static PID: AtomicI32 = AtomicI32::new(0);
+
+/// The hook that was installed before ours. `PREVIOUS_UNKNOWN` until
+/// `hook_install` has returned it.
+static PREVIOUS: AtomicUsize = AtomicUsize::new(PREVIOUS_UNKNOWN);
+const PREVIOUS_UNKNOWN: usize = 1;
+
+/// Threads that reached THREAD_TERMINATE, for the sampler's in-window check.
+pub static EXITS: ExitLog = ExitLog::new();
+/// Rights waiting for the running sampler to release them.
+pub static RELEASES: PortQueue = PortQueue::new();
+/// True while a sampler thread runs (from `prepare_sampler_thread` until its
+/// backend is dropped).
+pub static SAMPLER_ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Rights kept because the release queue was full (diagnostics).
+pub static LEAKED_RIGHTS: AtomicU64 = AtomicU64::new(0);
+/// Serialises `task_threads` rescans between backends.
+pub static RESCAN: Mutex<()> = Mutex::new(());
+
+/// The process-wide registry the hook feeds.
+pub fn registry() -> &'static ThreadRegistry {
+    REGISTRY.get_or_init(|| {
+        let reg = ThreadRegistry::with_capacity(INITIAL_CAPACITY);
+        // Take the lock once here, so that any lazy initialisation inside
+        // the mutex happens now and never inside the hook.
+        let _ = reg.len();
+        reg
+    })
+}
+
+/// Releases a right the registry no longer needs, deferring to the running
+/// sampler if there is one (see [`PortQueue`]).
+pub fn release(port: u32) {
+    match release_right(port, SAMPLER_ACTIVE.load(Ordering::SeqCst), &RELEASES) {
+        Release::Now(p) => deallocate(p),
+        Release::Deferred => {}
+        Release::Leak(_) => {
+            LEAKED_RIGHTS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Installs the hook, once per process. The registry exists before the hook
+/// does, so no event finds it missing.
+pub fn ensure_installed() {
+    INSTALL.call_once(|| {
+        let _ = registry();
+        // SAFETY: getpid has no preconditions.
+        PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        warm_up();
+        pin_library();
+        // SAFETY: `introspection_hook` has the signature libpthread calls and
+        // stays valid for the life of the process (the library is pinned).
+        let previous = unsafe { hook_install(introspection_hook) };
+        PREVIOUS.store(previous.map_or(0, |f| f as usize), Ordering::Release);
+    });
+}
+
+/// True in a child forked from the process that installed the hook.
+pub fn in_forked_child() -> bool {
+    let installed = PID.load(Ordering::SeqCst);
+    // SAFETY: getpid has no preconditions.
+    installed != 0 && installed != unsafe { libc::getpid() }
+}
+
+/// Stops tracking threads. The hook stays installed and keeps forwarding
+/// every event to the previous hook. One-way: the registry stops being
+/// maintained, so only call this when the process is shutting down.
+pub fn make_inert() {
+    ENABLED.store(false, Ordering::SeqCst);
+}
+
+/// Calls, once, every function the hook and the stopped window use, so that
+/// a lazily bound symbol is resolved now and never by dyld (which takes a
+/// lock) inside the hook or while a thread is suspended.
+fn warm_up() {
+    // SAFETY: each call is made on the calling thread with valid arguments;
+    // the right from mach_thread_self is released at once.
+    unsafe {
+        let me = libc::pthread_self();
+        let mut tid = 0u64;
+        libc::pthread_threadid_np(0, &mut tid);
+        let _ = libc::pthread_get_stackaddr_np(me);
+        let _ = libc::pthread_get_stacksize_np(me);
+        let _ = libc::pthread_mach_thread_np(me);
+        deallocate(mach_thread_self());
+    }
+    super::threads::warm_up();
+}
+
+/// Keeps this library mapped for the life of the process: the hook stays
+/// installed forever, so its code must never be unmapped, even if whatever
+/// loaded the addon unloads it.
+fn pin_library() {
+    // SAFETY: Dl_info is plain data; all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads dyld's tables for this address.
+    let found = unsafe { libc::dladdr(introspection_hook as *const c_void, &mut info) };
+    if found != 0 && !info.dli_fname.is_null() {
+        // SAFETY: dli_fname is a NUL-terminated path owned by dyld.
+        // RTLD_NOLOAD only finds the already-loaded image and RTLD_NODELETE
+        // marks it never to be unloaded; the handle is leaked on purpose.
+        unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
+    }
+}
+
+unsafe extern "C" fn introspection_hook(event: c_uint, thread: pthread_t, addr: *mut c_void, size: size_t) {
+    if ENABLED.load(Ordering::Relaxed) && !in_forked_child() {
+        match event {
+            libc::PTHREAD_INTROSPECTION_THREAD_START => on_start(thread),
+            libc::PTHREAD_INTROSPECTION_THREAD_TERMINATE => on_terminate(thread),
+            _ => {}
+        }
+    }
+    // Between our installation and `PREVIOUS` being stored, the previous
+    // hook is not known yet; wait (microseconds, once per process) rather
+    // than drop an event another tool (a sanitizer, Instruments) relies on.
+    let mut previous = PREVIOUS.load(Ordering::Acquire);
+    while previous == PREVIOUS_UNKNOWN {
+        std::thread::yield_now();
+        previous = PREVIOUS.load(Ordering::Acquire);
+    }
+    if previous != 0 {
+        // SAFETY: PREVIOUS holds 0, the sentinel (handled above) or a
+        // non-null `IntrospectionHook` returned by `hook_install`.
+        let previous: IntrospectionHook = unsafe { std::mem::transmute::<usize, IntrospectionHook>(previous) };
+        // SAFETY: forwarding libpthread's own arguments to the hook that was
+        // installed before ours, as its contract expects.
+        unsafe { previous(event, thread, addr, size) };
+    }
+}
+
+/// THREAD_START: sent on the new thread itself, before its start routine.
+fn on_start(thread: pthread_t) {
+    let Some(reg) = REGISTRY.get() else { return };
+    let mut tid = 0u64;
+    // SAFETY: a null thread means the calling thread; libpthread then reads
+    // its own struct without taking its list lock.
+    unsafe { libc::pthread_threadid_np(0, &mut tid) };
+    // SAFETY: a trap with no arguments; it returns a send right we own.
+    let port: mach_port_t = unsafe { mach_thread_self() };
+    if port == MACH_PORT_NULL {
+        return;
+    }
+    if tid == 0 {
+        // Not identifiable here; a rescan will find it.
+        deallocate(port);
+        return;
+    }
+    // SAFETY: `thread` is the calling thread (START is sent from the new
+    // thread), for which these read its own struct without locking.
+    let (top, size) =
+        unsafe { (libc::pthread_get_stackaddr_np(thread) as u64, libc::pthread_get_stacksize_np(thread)) };
+    let entry = ThreadEntry::new(tid, port as u64, ThreadName::EMPTY, stack_bounds_from_top(top, size as u64));
+    match apply_hook_event(reg, &EXITS, HookEvent::Start(entry)) {
+        HookOutcome::Added => {}
+        // The registry already holds a right on this name (or holds none,
+        // and the thread, being alive, keeps the name): dropping ours
+        // cannot free a name anyone uses.
+        HookOutcome::AlreadyTracked { release } | HookOutcome::Refused { release } => deallocate(release),
+        HookOutcome::Removed { .. } | HookOutcome::Untracked => {}
+    }
+}
+
+/// THREAD_TERMINATE: sent on the exiting thread, after its TSD destructors
+/// and before the kernel unmaps its stack.
+fn on_terminate(thread: pthread_t) {
+    let mut tid = 0u64;
+    // SAFETY: a null thread means the calling thread; a plain struct read.
+    unsafe { libc::pthread_threadid_np(0, &mut tid) };
+    // SAFETY: `thread` is the calling thread, for which this reads its own
+    // struct without locking and adds no reference. It is the same name as
+    // the registry's right: a task has one name per port.
+    let port = unsafe { libc::pthread_mach_thread_np(thread) };
+    let Some(reg) = REGISTRY.get() else {
+        EXITS.record(tid);
+        return;
+    };
+    if let HookOutcome::Removed { release: p } = apply_hook_event(reg, &EXITS, HookEvent::Terminate { tid, port }) {
+        release(p);
+    }
+}

@@ -1,0 +1,51 @@
+//! The loaded Mach-O images, from dyld's image list.
+//!
+//! Each image's range spans its segments except `__PAGEZERO` and
+//! `__LINKEDIT` (see `mach_logic::MachImage`); its bias is dyld's slide; its
+//! build id is its LC_UUID. The load commands are read from the mapped
+//! header, so no file is opened.
+
+use mach2::dyld::{_dyld_get_image_header, _dyld_get_image_name, _dyld_get_image_vmaddr_slide, _dyld_image_count};
+
+use crate::platform::mach_logic::{macho_commands_len, parse_macho, MACH_HEADER_64_SIZE};
+use crate::profile::Module;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every loaded image, in dyld's order (the executable first).
+pub fn loaded_modules() -> Vec<Module> {
+    let mut out = Vec::new();
+    // SAFETY: reads dyld's image count.
+    let count = unsafe { _dyld_image_count() };
+    for i in 0..count {
+        // SAFETY: dyld returns null for an index that is no longer valid
+        // (an image unloaded meanwhile); both are checked below.
+        let (header, name, slide) =
+            unsafe { (_dyld_get_image_header(i), _dyld_get_image_name(i), _dyld_get_image_vmaddr_slide(i)) };
+        if header.is_null() || name.is_null() {
+            continue;
+        }
+        // SAFETY: a loaded image's header is mapped read-only for as long as
+        // the image is loaded; the 64-bit header is 32 bytes.
+        let head = unsafe { std::slice::from_raw_parts(header as *const u8, MACH_HEADER_64_SIZE) };
+        let Some(len) = macho_commands_len(head) else { continue };
+        // SAFETY: the load commands follow the header inside the image's
+        // first segment, which is mapped; `len` is the size the header gives.
+        let commands = unsafe { std::slice::from_raw_parts(header as *const u8, len) };
+        let Some(image) = parse_macho(commands) else { continue };
+        // SAFETY: dyld's image names are NUL-terminated and live as long as
+        // the image.
+        let path = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let bias = slide as u64;
+        out.push(Module {
+            path,
+            start: image.start.wrapping_add(bias),
+            end: image.end.wrapping_add(bias),
+            bias,
+            build_id: image.uuid.map(|u| hex(&u)).unwrap_or_default(),
+        });
+    }
+    out
+}

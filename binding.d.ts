@@ -9,6 +9,60 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/**
+ * Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
+ * without starting: the CLI validates `--interval` and `--depth` before it
+ * runs the program. `undefined` means the default.
+ *
+ * @throws `EINVAL` with start()'s message if a value is out of range.
+ */
+export declare function checkRecordOptions(intervalMs?: number, maxStackDepth?: number): void
+
+/**
+ * Options for {@link exportProfile} and {@link saveProfile}. Every field
+ * is optional.
+ */
+export interface ExportOptions {
+  /** saveProfile only: the format, overriding the file name's extension. */
+  format?: string
+  /**
+   * Keep idle samples in collapsed stacks and flame graphs (default
+   * false: those views show where the CPU went). Timeline formats always
+   * keep every sample.
+   */
+  includeIdle?: boolean
+  /**
+   * Root every collapsed stack / flame-graph tower at its thread
+   * (default true). False merges all threads.
+   */
+  threadPrefix?: boolean
+  /** gzip a `.machprof` file (default true). */
+  compress?: boolean
+}
+
+/**
+ * Writes a profile in a format, into a Buffer.
+ *
+ * Formats: `machprof` (lossless, readable by {@link loadProfile}), `pprof`
+ * (gzipped profile.proto), `speedscope`, `firefox` (Firefox Profiler),
+ * `cpuprofile` (Chrome DevTools, main thread), `collapsed` (folded
+ * stacks), `html` / `flamegraph` (flame-graph page), `svg`.
+ * Names come from `profile.symbols` (see {@link symbolicate}); without
+ * them frames are named by address.
+ *
+ * @throws `EINVAL` for an unknown format or option, or an invalid profile.
+ */
+export declare function exportProfile(profile: Profile, format: string, options?: ExportOptions): Buffer
+
+/**
+ * The format a file name implies by its extension: `.machprof`,
+ * `.pb.gz`/`.pprof`, `.speedscope.json`, `.fxprof.json`, `.cpuprofile`,
+ * `.collapsed`/`.folded`, `.html`/`.htm`, `.svg`.
+ *
+ * @throws `EINVAL` if the extension is none of those.
+ */
+export declare function formatFromPath(path: string): string
+
 /** Distinct frames. */
 export interface FrameTable {
   /**
@@ -39,6 +93,16 @@ export declare function getNativeUnwinding(): boolean
 export declare function isRunning(): boolean
 
 /**
+ * Reads a `.machprof` file back into a {@link Profile}, symbols included
+ * if it was saved symbolicated.
+ *
+ * @throws `ENOENT`, `EACCES`, `EISDIR`, … if the file cannot be read;
+ *   `EINVAL` if it is not a machsampler profile, is truncated or corrupt,
+ *   or has a format version this machsampler does not read.
+ */
+export declare function loadProfile(path: string): Profile
+
+/**
  * A module (executable or shared library) loaded when the profile was
  * taken; enough to symbolize the profile later from the files.
  */
@@ -54,6 +118,14 @@ export interface ModuleInfo {
   /** GNU build id (Linux) or LC_UUID (macOS) in lowercase hex, or "". */
   buildId: string
 }
+
+/**
+ * The canonical name of a format name or alias (`flamegraph` is `html`),
+ * case-insensitive.
+ *
+ * @throws `EINVAL` for an unknown name; the message lists the formats.
+ */
+export declare function parseFormatName(name: string): string
 
 /** A recorded profile, as columnar typed arrays. */
 export interface Profile {
@@ -90,6 +162,82 @@ export interface ProfileMeta {
   pid: number
 }
 
+/**
+ * Hot functions (by self or total samples) and hot call paths, for all
+ * threads or the ones `options.thread` names. Names come from
+ * `profile.symbols` when present. Runs in time proportional to the
+ * distinct stacks, so it is fast on large profiles.
+ *
+ * @throws `EINVAL` for a bad option, a thread that does not exist (the
+ *   message lists the threads), or an invalid profile.
+ */
+export declare function profileReport(profile: Profile, options?: ReportOptions): ProfileReport
+
+/** Hot functions and paths of a profile (see {@link profileReport}). */
+export interface ProfileReport {
+  /** Samples counted: the selected threads, idle ones only if asked for. */
+  samples: number
+  /** Idle samples of the selected threads that were not counted. */
+  idleLeftOut: number
+  /** Sampling interval, nanoseconds: a sample stands for this much time. */
+  intervalNs: number
+  /** Length of the session, nanoseconds. */
+  durationNs: number
+  /** The selected threads, busiest first. */
+  threads: Array<ReportThread>
+  /** The top functions, sorted by `options.by`. */
+  functions: Array<ReportFunction>
+  /** The top call paths (function-level stacks), by samples. */
+  paths: Array<ReportPath>
+}
+
+/** A function in a {@link ProfileReport}. */
+export interface ReportFunction {
+  name: string
+  /** File name of its module, or "". */
+  module: string
+  /** Source file, or "". */
+  file: string
+  /** Line where it starts, or 0. */
+  line: number
+  /** `native`, `js` or `unknown`. */
+  kind: string
+  /** Samples in which it was the leaf (running itself). */
+  selfSamples: number
+  /** Samples in which it was on the stack (counted once per sample). */
+  totalSamples: number
+}
+
+/** Options for {@link profileReport}. Every field is optional. */
+export interface ReportOptions {
+  /** Only threads with this name (all of them) or this tid. */
+  thread?: string | number
+  /** Rows per table: an integer from 1 to 100000. Default 15. */
+  top?: number
+  /** Sort functions by `self` (default) or `total` samples. */
+  by?: 'self' | 'total'
+  /** Count idle samples too (default false: where the CPU went). */
+  includeIdle?: boolean
+}
+
+/** A call path in a {@link ProfileReport}. */
+export interface ReportPath {
+  /** Function names, root first. */
+  frames: Array<string>
+  samples: number
+}
+
+/** A thread in a {@link ProfileReport}. */
+export interface ReportThread {
+  tid: number
+  name: string
+  isMain: boolean
+  /** Every sample of the thread, idle included. */
+  samples: number
+  /** Its idle samples. */
+  idle: number
+}
+
 /** One column per sample field; index `i` of each is sample `i`. */
 export interface SampleTable {
   /** Index into `profile.threads`. */
@@ -106,6 +254,18 @@ export interface SampleTable {
   /** CPU time the thread used since its previous sample, in nanoseconds. */
   cpuDeltaNs: BigUint64Array
 }
+
+/**
+ * Writes a profile to a file, atomically: a temporary file in the same
+ * directory, then a rename, so a crash never leaves a partial profile.
+ * The format is `options.format` (or `options` itself when it is a
+ * string), else the file name's extension. Returns the format written.
+ *
+ * @throws `EINVAL` for an unknown format, extension or option, or an
+ *   invalid profile; `ENOENT`, `EACCES`, `EISDIR`, … if the file cannot
+ *   be written (nothing is left behind).
+ */
+export declare function saveProfile(profile: Profile, path: string, options?: string | ExportOptions): string
 
 /**
  * Turns native frame capture on or off; allowed while running. When off,

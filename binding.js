@@ -835,8 +835,15 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.checkRecordOptions = nativeBinding.checkRecordOptions
+module.exports.exportProfile = nativeBinding.exportProfile
+module.exports.formatFromPath = nativeBinding.formatFromPath
 module.exports.getNativeUnwinding = nativeBinding.getNativeUnwinding
 module.exports.isRunning = nativeBinding.isRunning
+module.exports.loadProfile = nativeBinding.loadProfile
+module.exports.parseFormatName = nativeBinding.parseFormatName
+module.exports.profileReport = nativeBinding.profileReport
+module.exports.saveProfile = nativeBinding.saveProfile
 module.exports.setNativeUnwinding = nativeBinding.setNativeUnwinding
 module.exports.start = nativeBinding.start
 module.exports.stats = nativeBinding.stats

@@ -23,6 +23,9 @@ pub fn export(profile: &ProfileData, opts: &ExportOptions, html: bool) -> Result
         // between graphs of the same program.
         o.hash = true;
         o.deterministic = true;
+        // Names start with what matters (`fib (/app/x.js:3:1)`,
+        // `v8::internal::…`): cut narrow frames' labels on the right.
+        o.text_truncate_direction = inferno::flamegraph::TextTruncateDirection::Right;
         let mut svg = Vec::new();
         inferno::flamegraph::from_lines(&mut o, lines.iter().map(|l| l.trim_end()), &mut svg)
             .map_err(|e| format!("flame graph: {e}"))?;

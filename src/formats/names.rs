@@ -3,15 +3,37 @@
 
 use std::borrow::Cow;
 
+use rustc_hash::FxHashMap;
+
 use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
 
 /// The symbols to export with: `profile.symbols`, or a stand-in that names
 /// every frame `0x…` and attributes it to the module whose range holds it.
+///
+/// Identical functions are merged: V8 gives each isolate (each worker) and
+/// each tier its own code object for one JS function, and the symbolizer
+/// names each; views should count `fib (app.js:3:1)` once, not per copy.
 pub fn resolve(profile: &ProfileData) -> Cow<'_, Symbols> {
     match &profile.symbols {
-        Some(s) => Cow::Borrowed(s),
+        Some(s) => merge_identical(s).map_or(Cow::Borrowed(s), Cow::Owned),
         None => Cow::Owned(address_symbols(profile)),
     }
+}
+
+/// `s` with every frame pointing at the first of identical functions, or
+/// `None` if no two are identical. The later copies stay in the table,
+/// unused, so function indices keep their meaning.
+fn merge_identical(s: &Symbols) -> Option<Symbols> {
+    let mut first: FxHashMap<&Function, u32> = FxHashMap::default();
+    let remap: Vec<u32> = s.functions.iter().enumerate().map(|(i, f)| *first.entry(f).or_insert(i as u32)).collect();
+    if remap.iter().enumerate().all(|(i, &j)| i as u32 == j) {
+        return None;
+    }
+    Some(Symbols {
+        frame_function: s.frame_function.iter().map(|&f| remap.get(f as usize).copied().unwrap_or(f)).collect(),
+        frame_line: s.frame_line.clone(),
+        functions: s.functions.clone(),
+    })
 }
 
 fn address_symbols(profile: &ProfileData) -> Symbols {
@@ -87,6 +109,16 @@ mod tests {
         assert_eq!(names, ["0x1000", "0x20000", "0x5", "0xffff"]);
         let mods: Vec<_> = s.functions.iter().map(|f| f.module).collect();
         assert_eq!(mods, [1, 0, -1, -1]);
+    }
+
+    #[test]
+    fn identical_functions_merge() {
+        let mut p = sample_profile();
+        let s = p.symbols.as_mut().unwrap();
+        s.functions[3] = s.functions[1].clone(); // "c" is another copy of "a"
+        let r = resolve(&p);
+        assert_eq!(r.frame_function, vec![0, 1, 2, 1]);
+        assert_eq!(r.functions.len(), 4);
     }
 
     #[test]

@@ -1,1 +1,408 @@
+//! Files and reports from JS: `exportProfile`, `saveProfile`,
+//! `loadProfile`, `formatFromPath`, `profileReport`, and the CLI's option
+//! check. The work is in `crate::formats`; this converts arguments and maps
+//! errors to coded JS errors (EINVAL for bad input and bad files, the
+//! errno name for file-system failures).
 
+use std::io;
+use std::path::Path;
+
+use napi::bindgen_prelude::*;
+use napi::{Env, JsValue, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
+use napi_derive::napi;
+
+use super::profile::{profile_from_js, Profile};
+use super::{einval, js_error, napi_fail};
+use crate::core::options::SamplerOptions;
+use crate::formats::report::{self, ReportOptions, SortBy};
+use crate::formats::{machprof, ExportOptions as Opts, Format};
+
+type JsResult<T> = std::result::Result<T, napi::Error<&'static str>>;
+
+fn type_of(v: &Unknown) -> JsResult<ValueType> {
+    v.get_type().map_err(napi_fail)
+}
+
+fn kind(ty: ValueType) -> String {
+    format!("{ty:?}").to_lowercase()
+}
+
+/// The own enumerable string-keyed properties of an options object, or
+/// none for `undefined`. Anything else is an EINVAL naming `what`.
+fn entries<'a>(v: Unknown<'a>, what: &str) -> JsResult<Vec<(String, Unknown<'a>)>> {
+    match type_of(&v)? {
+        ValueType::Undefined => return Ok(Vec::new()),
+        ValueType::Object if !v.is_array().unwrap_or(false) => {}
+        ty => return Err(einval(format!("{what} must be an object, got {}", kind(ty)))),
+    }
+    // SAFETY: the value's type was just checked to be Object.
+    let obj: Object = unsafe { v.cast() }.map_err(napi_fail)?;
+    let keys = obj
+        .get_all_property_names(KeyCollectionMode::OwnOnly, KeyFilter::Enumerable, KeyConversion::NumbersToStrings)
+        .map_err(napi_fail)?;
+    let mut out = Vec::new();
+    for i in 0..keys.get_array_length().map_err(napi_fail)? {
+        let key: Unknown = keys.get_element(i).map_err(napi_fail)?;
+        if type_of(&key)? != ValueType::String {
+            return Err(einval(format!("{what} has a symbol key")));
+        }
+        // SAFETY: the key's type was just checked to be String.
+        let key: String = unsafe { key.cast() }.map_err(napi_fail)?;
+        let val: Unknown = obj.get_named_property(&key).map_err(napi_fail)?;
+        // An explicit undefined means "the default", as in start().
+        if type_of(&val)? != ValueType::Undefined {
+            out.push((key, val));
+        }
+    }
+    Ok(out)
+}
+
+fn boolean(v: &Unknown, what: &str) -> JsResult<bool> {
+    match type_of(v)? {
+        // SAFETY: the type was just checked to be Boolean.
+        ValueType::Boolean => unsafe { v.cast::<bool>() }.map_err(napi_fail),
+        ty => Err(einval(format!("{what} must be a boolean, got {}", kind(ty)))),
+    }
+}
+
+fn string(v: &Unknown, what: &str) -> Result<String, &'static str> {
+    match type_of(v)? {
+        // SAFETY: the type was just checked to be String.
+        ValueType::String => unsafe { v.cast::<String>() }.map_err(napi_fail),
+        ty => Err(einval(format!("{what} must be a string, got {}", kind(ty)))),
+    }
+}
+
+fn number(v: &Unknown, what: &str) -> JsResult<f64> {
+    match type_of(v)? {
+        // SAFETY: the type was just checked to be Number.
+        ValueType::Number => unsafe { v.cast::<f64>() }.map_err(napi_fail),
+        ty => Err(einval(format!("{what} must be a number, got {}", kind(ty)))),
+    }
+}
+
+fn parse_format(name: &str) -> JsResult<Format> {
+    Format::parse(name).ok_or_else(|| einval(format!("unknown format '{name}'; formats are {}", Format::names())))
+}
+
+const EXPORT_KEYS: &str = "format, includeIdle, threadPrefix, compress";
+
+/// Export options; `format` is accepted only where the caller allows it.
+fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, Opts)> {
+    let mut opts = Opts::default();
+    let mut format = None;
+    for (key, val) in entries(v, "options")? {
+        let what = format!("options.{key}");
+        match key.as_str() {
+            "format" if allow_format => format = Some(parse_format(&string(&val, &what)?)?),
+            "includeIdle" => opts.include_idle = boolean(&val, &what)?,
+            "threadPrefix" => opts.thread_prefix = boolean(&val, &what)?,
+            "compress" => opts.compress = boolean(&val, &what)?,
+            _ => return Err(einval(format!("unknown option '{key}'; valid options are {EXPORT_KEYS}"))),
+        }
+    }
+    Ok((format, opts))
+}
+
+/// A file-system error as a JS error whose `code` is the errno name.
+fn io_error(e: &io::Error, verb: &str, path: &str) -> napi::Error<&'static str> {
+    use io::ErrorKind::*;
+    let (code, text) = match e.kind() {
+        NotFound => ("ENOENT", "no such file or directory".to_string()),
+        PermissionDenied => ("EACCES", "permission denied".to_string()),
+        IsADirectory => ("EISDIR", "is a directory".to_string()),
+        NotADirectory => ("ENOTDIR", "a component of the path is not a directory".to_string()),
+        ReadOnlyFilesystem => ("EROFS", "read-only file system".to_string()),
+        StorageFull => ("ENOSPC", "no space left on device".to_string()),
+        AlreadyExists => ("EEXIST", "already exists".to_string()),
+        _ => ("EIO", e.to_string()),
+    };
+    napi::Error::new(code, format!("cannot {verb} '{path}': {text}"))
+}
+
+/// Options for {@link exportProfile} and {@link saveProfile}. Every field
+/// is optional.
+// Only its type is used (for the .d.ts): the functions validate by hand.
+#[allow(dead_code)]
+#[napi(object)]
+pub struct ExportOptions {
+    /// saveProfile only: the format, overriding the file name's extension.
+    pub format: Option<String>,
+    /// Keep idle samples in collapsed stacks and flame graphs (default
+    /// false: those views show where the CPU went). Timeline formats always
+    /// keep every sample.
+    pub include_idle: Option<bool>,
+    /// Root every collapsed stack / flame-graph tower at its thread
+    /// (default true). False merges all threads.
+    pub thread_prefix: Option<bool>,
+    /// gzip a `.machprof` file (default true).
+    pub compress: Option<bool>,
+}
+
+/// Writes a profile in a format, into a Buffer.
+///
+/// Formats: `machprof` (lossless, readable by {@link loadProfile}), `pprof`
+/// (gzipped profile.proto), `speedscope`, `firefox` (Firefox Profiler),
+/// `cpuprofile` (Chrome DevTools, main thread), `collapsed` (folded
+/// stacks), `html` / `flamegraph` (flame-graph page), `svg`.
+/// Names come from `profile.symbols` (see {@link symbolicate}); without
+/// them frames are named by address.
+///
+/// @throws `EINVAL` for an unknown format or option, or an invalid profile.
+#[napi(ts_args_type = "profile: Profile, format: string, options?: ExportOptions", ts_return_type = "Buffer")]
+pub fn export_profile<'env>(
+    env: &'env Env,
+    profile: Unknown,
+    format: Unknown,
+    options: Unknown,
+) -> Result<BufferSlice<'env>, &'static str> {
+    let format = parse_format(&string(&format, "format")?)?;
+    let (_, opts) = export_options(options, false)?;
+    let data = profile_from_js(profile)?;
+    let bytes = crate::formats::export_with(&data, format, &opts).map_err(einval)?;
+    BufferSlice::copy_from(env, bytes).map_err(napi_fail)
+}
+
+/// Writes a profile to a file, atomically: a temporary file in the same
+/// directory, then a rename, so a crash never leaves a partial profile.
+/// The format is `options.format` (or `options` itself when it is a
+/// string), else the file name's extension. Returns the format written.
+///
+/// @throws `EINVAL` for an unknown format, extension or option, or an
+///   invalid profile; `ENOENT`, `EACCES`, `EISDIR`, … if the file cannot
+///   be written (nothing is left behind).
+#[napi(ts_args_type = "profile: Profile, path: string, options?: string | ExportOptions", ts_return_type = "string")]
+pub fn save_profile(profile: Unknown, path: Unknown, options: Unknown) -> Result<String, &'static str> {
+    let path = string(&path, "path")?;
+    let (format, opts) = if type_of(&options)? == ValueType::String {
+        (Some(parse_format(&string(&options, "format")?)?), Opts::default())
+    } else {
+        export_options(options, true)?
+    };
+    let format = match format {
+        Some(f) => f,
+        None => format_of(&path)?,
+    };
+    let data = profile_from_js(profile)?;
+    let bytes = crate::formats::export_with(&data, format, &opts).map_err(einval)?;
+    crate::formats::write_atomic(Path::new(&path), &bytes).map_err(|e| io_error(&e, "write", &path))?;
+    Ok(format.name().to_string())
+}
+
+fn format_of(path: &str) -> JsResult<Format> {
+    Format::from_path(path).ok_or_else(|| {
+        einval(format!(
+            "cannot tell the format of '{path}' from its name; use an extension ({}) or give a format",
+            Format::extensions()
+        ))
+    })
+}
+
+/// Reads a `.machprof` file back into a {@link Profile}, symbols included
+/// if it was saved symbolicated.
+///
+/// @throws `ENOENT`, `EACCES`, `EISDIR`, … if the file cannot be read;
+///   `EINVAL` if it is not a machsampler profile, is truncated or corrupt,
+///   or has a format version this machsampler does not read.
+#[napi(ts_args_type = "path: string", ts_return_type = "Profile")]
+pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<Profile<'env>, &'static str> {
+    let path = string(&path, "path")?;
+    if Path::new(&path).is_dir() {
+        return Err(napi::Error::new("EISDIR", format!("cannot read '{path}': is a directory")));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| io_error(&e, "read", &path))?;
+    let data = machprof::decode(&bytes).map_err(|e| {
+        let hint = match Format::from_path(&path) {
+            Some(f) if f != Format::Machprof && !machprof::looks_like(&bytes) => {
+                format!(" (it looks like a {} file; only .machprof files can be read back)", f.name())
+            }
+            _ => String::new(),
+        };
+        einval(format!("cannot load '{path}': {e}{hint}"))
+    })?;
+    Profile::from_data(env, &data).map_err(napi_fail)
+}
+
+/// The format a file name implies by its extension: `.machprof`,
+/// `.pb.gz`/`.pprof`, `.speedscope.json`, `.fxprof.json`, `.cpuprofile`,
+/// `.collapsed`/`.folded`, `.html`/`.htm`, `.svg`.
+///
+/// @throws `EINVAL` if the extension is none of those.
+#[napi(ts_args_type = "path: string", ts_return_type = "string")]
+pub fn format_from_path(path: Unknown) -> Result<String, &'static str> {
+    Ok(format_of(&string(&path, "path")?)?.name().to_string())
+}
+
+/// The canonical name of a format name or alias (`flamegraph` is `html`),
+/// case-insensitive.
+///
+/// @throws `EINVAL` for an unknown name; the message lists the formats.
+#[napi(ts_args_type = "name: string", ts_return_type = "string")]
+pub fn parse_format_name(name: Unknown) -> Result<String, &'static str> {
+    Ok(parse_format(&string(&name, "name")?)?.name().to_string())
+}
+
+/// Options for {@link profileReport}. Every field is optional.
+// Only its type is used (for the .d.ts): the function validates by hand.
+#[allow(dead_code)]
+#[napi(object, js_name = "ReportOptions")]
+pub struct JsReportOptions {
+    /// Only threads with this name (all of them) or this tid.
+    #[napi(ts_type = "string | number")]
+    pub thread: Option<String>,
+    /// Rows per table: an integer from 1 to 100000. Default 15.
+    pub top: Option<u32>,
+    /// Sort functions by `self` (default) or `total` samples.
+    #[napi(ts_type = "'self' | 'total'")]
+    pub by: Option<String>,
+    /// Count idle samples too (default false: where the CPU went).
+    pub include_idle: Option<bool>,
+}
+
+/// A thread in a {@link ProfileReport}.
+#[napi(object)]
+pub struct ReportThread {
+    pub tid: f64,
+    pub name: String,
+    pub is_main: bool,
+    /// Every sample of the thread, idle included.
+    pub samples: f64,
+    /// Its idle samples.
+    pub idle: f64,
+}
+
+/// A function in a {@link ProfileReport}.
+#[napi(object)]
+pub struct ReportFunction {
+    pub name: String,
+    /// File name of its module, or "".
+    pub module: String,
+    /// Source file, or "".
+    pub file: String,
+    /// Line where it starts, or 0.
+    pub line: u32,
+    /// `native`, `js` or `unknown`.
+    pub kind: String,
+    /// Samples in which it was the leaf (running itself).
+    pub self_samples: f64,
+    /// Samples in which it was on the stack (counted once per sample).
+    pub total_samples: f64,
+}
+
+/// A call path in a {@link ProfileReport}.
+#[napi(object)]
+pub struct ReportPath {
+    /// Function names, root first.
+    pub frames: Vec<String>,
+    pub samples: f64,
+}
+
+/// Hot functions and paths of a profile (see {@link profileReport}).
+#[napi(object)]
+pub struct ProfileReport {
+    /// Samples counted: the selected threads, idle ones only if asked for.
+    pub samples: f64,
+    /// Idle samples of the selected threads that were not counted.
+    pub idle_left_out: f64,
+    /// Sampling interval, nanoseconds: a sample stands for this much time.
+    pub interval_ns: f64,
+    /// Length of the session, nanoseconds.
+    pub duration_ns: f64,
+    /// The selected threads, busiest first.
+    pub threads: Vec<ReportThread>,
+    /// The top functions, sorted by `options.by`.
+    pub functions: Vec<ReportFunction>,
+    /// The top call paths (function-level stacks), by samples.
+    pub paths: Vec<ReportPath>,
+}
+
+const REPORT_KEYS: &str = "thread, top, by, includeIdle";
+
+/// Hot functions (by self or total samples) and hot call paths, for all
+/// threads or the ones `options.thread` names. Names come from
+/// `profile.symbols` when present. Runs in time proportional to the
+/// distinct stacks, so it is fast on large profiles.
+///
+/// @throws `EINVAL` for a bad option, a thread that does not exist (the
+///   message lists the threads), or an invalid profile.
+#[napi(ts_args_type = "profile: Profile, options?: ReportOptions", ts_return_type = "ProfileReport")]
+pub fn profile_report(profile: Unknown, options: Unknown) -> Result<ProfileReport, &'static str> {
+    let mut opts = ReportOptions::default();
+    let mut thread = None;
+    for (key, val) in entries(options, "options")? {
+        let what = format!("options.{key}");
+        match key.as_str() {
+            "thread" => {
+                thread = Some(match type_of(&val)? {
+                    ValueType::Number => number(&val, &what)?.to_string(),
+                    _ => string(&val, &what)?,
+                })
+            }
+            "top" => {
+                let n = number(&val, &what)?;
+                if !(n.fract() == 0.0 && (1.0..=100_000.0).contains(&n)) {
+                    return Err(einval(format!("{what} must be an integer from 1 to 100000, got {n}")));
+                }
+                opts.top = n as usize;
+            }
+            "by" => {
+                let by = string(&val, &what)?;
+                opts.by = SortBy::parse(&by)
+                    .ok_or_else(|| einval(format!("{what} must be 'self' or 'total', got '{by}'")))?;
+            }
+            "includeIdle" => opts.include_idle = boolean(&val, &what)?,
+            _ => return Err(einval(format!("unknown option '{key}'; valid options are {REPORT_KEYS}"))),
+        }
+    }
+    opts.thread = thread.as_deref();
+    let data = profile_from_js(profile)?;
+    let r = report::report(&data, &opts).map_err(einval)?;
+    Ok(ProfileReport {
+        samples: r.samples as f64,
+        idle_left_out: r.idle_left_out as f64,
+        interval_ns: r.interval_ns as f64,
+        duration_ns: r.duration_ns as f64,
+        threads: r
+            .threads
+            .into_iter()
+            .map(|t| ReportThread {
+                tid: t.tid as f64,
+                name: t.name,
+                is_main: t.is_main,
+                samples: t.samples as f64,
+                idle: t.idle as f64,
+            })
+            .collect(),
+        functions: r
+            .functions
+            .into_iter()
+            .map(|f| ReportFunction {
+                name: f.name,
+                module: f.module,
+                file: f.file,
+                line: f.line,
+                kind: f.kind.to_string(),
+                self_samples: f.self_samples as f64,
+                total_samples: f.total_samples as f64,
+            })
+            .collect(),
+        paths: r.paths.into_iter().map(|p| ReportPath { frames: p.frames, samples: p.samples as f64 }).collect(),
+    })
+}
+
+/// Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
+/// without starting: the CLI validates `--interval` and `--depth` before it
+/// runs the program. `undefined` means the default.
+///
+/// @throws `EINVAL` with start()'s message if a value is out of range.
+#[napi(ts_args_type = "intervalMs?: number, maxStackDepth?: number")]
+pub fn check_record_options(interval_ms: Unknown, max_stack_depth: Unknown) -> Result<(), &'static str> {
+    let mut o = SamplerOptions::default();
+    if type_of(&interval_ms)? != ValueType::Undefined {
+        o = o.with_interval_ms(number(&interval_ms, "intervalMs")?).map_err(js_error)?;
+    }
+    if type_of(&max_stack_depth)? != ValueType::Undefined {
+        o.with_max_stack_depth(number(&max_stack_depth, "maxStackDepth")?).map_err(js_error)?;
+    }
+    Ok(())
+}

@@ -5,5 +5,7 @@ fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if os == "linux" {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-z,now");
+    } else if os == "macos" {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-bind_at_load");
     }
 }

@@ -1,17 +1,47 @@
 //! Sampler statistics, readable from any thread while sampling.
 //!
-//! Only the sampler thread writes, so relaxed atomics suffice: a reader sees
-//! each counter at some recent value. `snapshot` reads the counters whose sum
+//! Only the sampler thread writes, so each counter is a plain load and store
+//! of a relaxed atomic (no locked read-modify-write on the hot path, which
+//! showed up at several hundred threads per tick); a reader sees each
+//! counter at some recent value. `snapshot` reads the counters whose sum
 //! matters (captured, dropped, sampled) in an order that keeps
 //! `threads_sampled == samples_captured + samples_dropped` true for the
 //! finished profile, where the sampler thread has stopped.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// A counter with a single writer (the sampler thread) and any readers.
+#[derive(Default, Debug)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    #[inline]
+    pub fn max(&self, v: u64) {
+        if v > self.0.load(Relaxed) {
+            self.0.store(v, Relaxed);
+        }
+    }
+
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
 /// A log-linear histogram of durations in nanoseconds: 8 buckets per power
 /// of two, so any reported percentile is within 12.5 % of the true value.
 pub struct Histogram {
-    buckets: [AtomicU64; HISTOGRAM_BUCKETS],
+    buckets: [Counter; HISTOGRAM_BUCKETS],
 }
 
 const SUB_BITS: u32 = 3;
@@ -22,7 +52,7 @@ pub const HISTOGRAM_BUCKETS: usize = ((44 - SUB_BITS as usize) + 1) * SUB as usi
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)) }
+        Histogram { buckets: std::array::from_fn(|_| Counter::default()) }
     }
 }
 
@@ -49,16 +79,16 @@ impl Histogram {
     }
 
     pub fn record(&self, value: u64) {
-        self.buckets[Self::bucket_of(value)].fetch_add(1, Relaxed);
+        self.buckets[Self::bucket_of(value)].add(1);
     }
 
     pub fn counts(&self) -> Vec<u64> {
-        self.buckets.iter().map(|b| b.load(Relaxed)).collect()
+        self.buckets.iter().map(Counter::get).collect()
     }
 
     pub fn reset(&self) {
         for b in &self.buckets {
-            b.store(0, Relaxed);
+            b.set(0);
         }
     }
 
@@ -84,18 +114,18 @@ impl Histogram {
 /// The live counters.
 #[derive(Default)]
 pub struct Stats {
-    pub samples_captured: AtomicU64,
-    pub samples_dropped: AtomicU64,
-    pub threads_skipped: AtomicU64,
-    pub total_suspend_ns: AtomicU64,
-    pub max_suspend_ns: AtomicU64,
-    pub walk_errors: AtomicU64,
-    pub idle_samples: AtomicU64,
-    pub truncated_stacks: AtomicU64,
-    pub ticks: AtomicU64,
-    pub ticks_missed: AtomicU64,
-    pub sampler_cpu_ns: AtomicU64,
-    pub stack_reaches_root: AtomicU64,
+    pub samples_captured: Counter,
+    pub samples_dropped: Counter,
+    pub threads_skipped: Counter,
+    pub total_suspend_ns: Counter,
+    pub max_suspend_ns: Counter,
+    pub walk_errors: Counter,
+    pub idle_samples: Counter,
+    pub truncated_stacks: Counter,
+    pub ticks: Counter,
+    pub ticks_missed: Counter,
+    pub sampler_cpu_ns: Counter,
+    pub stack_reaches_root: Counter,
     /// How long a thread is stopped per sample (suspend to resume, or
     /// signal-handler entry to exit).
     pub suspend_hist: Histogram,
@@ -143,7 +173,7 @@ impl Stats {
             &self.sampler_cpu_ns,
             &self.stack_reaches_root,
         ] {
-            c.store(0, Relaxed);
+            c.set(0);
         }
         self.suspend_hist.reset();
         self.delivery_hist.reset();
@@ -151,14 +181,14 @@ impl Stats {
 
     /// Records one stop of a thread.
     pub fn record_suspend(&self, ns: u64) {
-        self.total_suspend_ns.fetch_add(ns, Relaxed);
-        self.max_suspend_ns.fetch_max(ns, Relaxed);
+        self.total_suspend_ns.add(ns);
+        self.max_suspend_ns.max(ns);
         self.suspend_hist.record(ns);
     }
 
     pub fn snapshot(&self, thread_count: u64) -> StatsSnapshot {
-        let captured = self.samples_captured.load(Relaxed);
-        let dropped = self.samples_dropped.load(Relaxed);
+        let captured = self.samples_captured.get();
+        let dropped = self.samples_dropped.get();
         let suspend = self.suspend_hist.counts();
         let delivery = self.delivery_hist.counts();
         let delivery_max =
@@ -167,16 +197,16 @@ impl Stats {
             samples_captured: captured,
             samples_dropped: dropped,
             threads_sampled: captured + dropped,
-            threads_skipped: self.threads_skipped.load(Relaxed),
-            total_suspend_ns: self.total_suspend_ns.load(Relaxed),
-            max_suspend_ns: self.max_suspend_ns.load(Relaxed),
-            walk_errors: self.walk_errors.load(Relaxed),
-            idle_samples: self.idle_samples.load(Relaxed),
-            truncated_stacks: self.truncated_stacks.load(Relaxed),
-            ticks: self.ticks.load(Relaxed),
-            ticks_missed: self.ticks_missed.load(Relaxed),
-            sampler_cpu_ns: self.sampler_cpu_ns.load(Relaxed),
-            stack_reaches_root: self.stack_reaches_root.load(Relaxed),
+            threads_skipped: self.threads_skipped.get(),
+            total_suspend_ns: self.total_suspend_ns.get(),
+            max_suspend_ns: self.max_suspend_ns.get(),
+            walk_errors: self.walk_errors.get(),
+            idle_samples: self.idle_samples.get(),
+            truncated_stacks: self.truncated_stacks.get(),
+            ticks: self.ticks.get(),
+            ticks_missed: self.ticks_missed.get(),
+            sampler_cpu_ns: self.sampler_cpu_ns.get(),
+            stack_reaches_root: self.stack_reaches_root.get(),
             suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
             suspend_p99_ns: Histogram::percentile(&suspend, 0.99),
             delivery_p50_ns: Histogram::percentile(&delivery, 0.50),
@@ -236,8 +266,8 @@ mod tests {
     #[test]
     fn snapshot_adds_up() {
         let s = Stats::default();
-        s.samples_captured.store(10, Relaxed);
-        s.samples_dropped.store(3, Relaxed);
+        s.samples_captured.set(10);
+        s.samples_dropped.set(3);
         s.record_suspend(500);
         s.record_suspend(1500);
         let snap = s.snapshot(4);

@@ -44,12 +44,18 @@ pub mod signal;
 use rustc_hash::FxHashMap;
 
 use crate::core::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone};
-use crate::core::error::SamplerError;
+use crate::core::error::{ErrorCode, SamplerError};
 use crate::core::registry::{ThreadEntry, ThreadName, ThreadRegistry};
 use crate::core::walker::StackBounds;
 
 use procfs::MemoryMap;
 use signal::{Harvest, FLAG_BOUNDS_MISS};
+
+/// Listing `/proc/self/task` costs about 0.4 µs per thread (the kernel looks
+/// up a dentry for each). Between listings, a refresh only compares the
+/// thread count, which is one `fstat`; a full listing still happens at least
+/// this often, to catch one thread exiting while another starts.
+const LIST_PERIOD_NS: u64 = 100_000_000;
 
 /// How long a thread that blocks the signal is left alone before its mask is
 /// checked again.
@@ -75,7 +81,12 @@ pub struct LinuxBackend {
     signal: i32,
     pid: u64,
     threads: FxHashMap<u64, LinuxThread>,
+    /// Threads with a request or probe in flight: the only ones `collect`
+    /// has to look at.
+    in_flight: Vec<u64>,
+    tasks: procfs::TaskList,
     tids: Vec<u64>,
+    listed_ns: u64,
     buf: Vec<u8>,
     /// Threads whose bounds must be looked up before their next request.
     need_bounds: Vec<(u64, u64)>,
@@ -103,11 +114,11 @@ pub fn monotonic_ns() -> u64 {
 impl LinuxThread {
     /// Asks the thread for its stack pointer only, so its bounds can be
     /// looked up before it is first sampled.
-    fn probe(&mut self, tid: u64) {
+    fn probe(&mut self, tid: u64) -> bool {
         if self.slot.is_none() {
             self.slot = signal::acquire(tid);
         }
-        let Some((index, slot)) = self.slot.and_then(|i| Some((i, signal::slot(i)?))) else { return };
+        let Some((index, slot)) = self.slot.and_then(|i| Some((i, signal::slot(i)?))) else { return false };
         if let Some(value) = slot.arm(index, StackBounds::EMPTY, 1, monotonic_ns()) {
             if signal::send(tid, value).is_ok() {
                 self.probing = true;
@@ -115,6 +126,7 @@ impl LinuxThread {
                 slot.disarm();
             }
         }
+        self.probing
     }
 }
 
@@ -125,7 +137,12 @@ impl LinuxBackend {
             signal,
             pid: std::process::id() as u64,
             threads: FxHashMap::default(),
+            in_flight: Vec::new(),
+            tasks: procfs::TaskList::open().map_err(|e| {
+                SamplerError::new(ErrorCode::NotSup, format!("cannot list threads in /proc/self/task: {e}"))
+            })?,
             tids: Vec::new(),
+            listed_ns: 0,
             buf: Vec::with_capacity(4096),
             need_bounds: Vec::new(),
         };
@@ -135,7 +152,7 @@ impl LinuxBackend {
 
     /// Frees slots a previous session left owned, where that is now safe.
     fn reclaim_slots(&mut self) {
-        let _ = procfs::list_threads(&mut self.tids);
+        let _ = self.tasks.list(&mut self.tids);
         for (_, slot) in signal::owned_slots() {
             let gone = self.tids.binary_search(&slot.owner()).is_err();
             slot.release(gone);
@@ -175,6 +192,18 @@ impl Backend for LinuxBackend {
         // The default 50 µs timer slack would smear 1 kHz deadlines.
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+        // With more runnable threads than cores, a normal-priority sampler
+        // waits for a time slice after each wake-up and misses ticks (a
+        // third of them at 1 kHz with two busy threads on two cores). The
+        // lowest real-time priority lets it run on time; it sleeps between
+        // ticks and uses a few percent of a core at most, and the kernel's
+        // real-time throttling bounds it regardless. Without the privilege
+        // (CAP_SYS_NICE or RLIMIT_RTPRIO) this fails and it stays normal.
+        if std::env::var_os("MACHSAMPLER_NO_REALTIME").is_none() {
+            let param = libc::sched_param { sched_priority: 1 };
+            // SAFETY: changes only the calling thread's policy; `param` is valid.
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+        }
     }
 
     fn now_ns(&self) -> u64 {
@@ -192,10 +221,15 @@ impl Backend for LinuxBackend {
     }
 
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
-        if procfs::list_threads(&mut self.tids).is_err() {
+        let now = monotonic_ns();
+        let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
+        if !full && unchanged && now.saturating_sub(self.listed_ns) < LIST_PERIOD_NS && !self.threads.is_empty() {
             return;
         }
-        let now = monotonic_ns();
+        if self.tasks.list(&mut self.tids).is_err() {
+            return;
+        }
+        self.listed_ns = now;
         // Threads that left.
         let gone: Vec<u64> = self.threads.keys().filter(|t| self.tids.binary_search(t).is_err()).copied().collect();
         for tid in gone {
@@ -220,8 +254,8 @@ impl Backend for LinuxBackend {
                 probing: false,
             };
             // The sampler thread blocks all signals, so it is never probed.
-            if !blocks {
-                t.probe(tid);
+            if !blocks && t.probe(tid) {
+                self.in_flight.push(tid);
             }
             self.threads.insert(tid, t);
             let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
@@ -229,17 +263,8 @@ impl Backend for LinuxBackend {
             registry.add(entry);
         }
         if full {
-            let mut maps = None;
-            for (&tid, t) in self.threads.iter_mut() {
+            for (&tid, t) in self.threads.iter() {
                 let name = procfs::thread_name(tid, &mut self.buf);
-                // Re-resolve bounds too: mappings can change under a
-                // long-lived thread's recorded range.
-                if t.last_sp != 0 {
-                    let m = maps.get_or_insert_with(|| MemoryMap::read().unwrap_or_default());
-                    if let Some(b) = m.find(t.last_sp) {
-                        t.bounds = b;
-                    }
-                }
                 registry.update(tid, name, Some(t.bounds));
             }
             registry.compact();
@@ -269,9 +294,22 @@ impl Backend for LinuxBackend {
     }
 
     fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
-        for (&tid, t) in self.threads.iter_mut() {
-            let Some(slot) = t.slot.and_then(signal::slot) else { continue };
-            let Harvest::Done(d) = slot.harvest() else { continue };
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            let tid = self.in_flight[i];
+            let Some(t) = self.threads.get_mut(&tid) else {
+                self.in_flight.swap_remove(i);
+                continue;
+            };
+            let Some(slot) = t.slot.and_then(signal::slot) else {
+                self.in_flight.swap_remove(i);
+                continue;
+            };
+            let Harvest::Done(d) = slot.harvest() else {
+                i += 1;
+                continue;
+            };
+            self.in_flight.swap_remove(i);
             t.last_sp = d.sp;
             let probe = std::mem::take(&mut t.probing);
             if d.flags & FLAG_BOUNDS_MISS != 0 {
@@ -320,7 +358,7 @@ impl Backend for LinuxBackend {
                 continue;
             };
             match signal::send(tid, value) {
-                Ok(()) => {}
+                Ok(()) => self.in_flight.push(tid),
                 Err(errno) => {
                     slot.disarm();
                     let reason = if errno == libc::ESRCH { SkipReason::Gone } else { SkipReason::Pending };
@@ -334,9 +372,7 @@ impl Backend for LinuxBackend {
         let deadline = monotonic_ns() + timeout_ns;
         loop {
             self.collect(sink);
-            let outstanding =
-                self.threads.values().filter_map(|t| t.slot.and_then(signal::slot)).any(|s| s.in_flight());
-            if !outstanding || monotonic_ns() >= deadline {
+            if self.in_flight.is_empty() || monotonic_ns() >= deadline {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_micros(200));

@@ -9,17 +9,89 @@ use std::io::Read;
 use crate::core::registry::ThreadName;
 use crate::core::walker::StackBounds;
 
-/// Lists the ids of the process's threads into `out`.
-pub fn list_threads(out: &mut Vec<u64>) -> std::io::Result<()> {
-    out.clear();
-    for entry in fs::read_dir("/proc/self/task")? {
-        let Ok(entry) = entry else { continue };
-        if let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) {
-            out.push(tid);
+/// Lists the process's threads. Keeps `/proc/self/task` open and reads it
+/// with `getdents64` into a reused buffer, so a rescan costs two system
+/// calls and no allocation however many threads there are.
+pub struct TaskList {
+    fd: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl TaskList {
+    pub fn open() -> std::io::Result<TaskList> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: the path is a NUL-terminated literal; the returned fd, if
+        // valid, is owned by the OwnedFd from here on.
+        let fd =
+            unsafe { libc::open(c"/proc/self/task".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(TaskList { fd, buf: vec![0; 64 * 1024] })
     }
-    out.sort_unstable();
-    Ok(())
+
+    /// The number of threads, from the link count of `/proc/self/task`
+    /// (procfs adds one per thread): one `fstat`, no directory walk.
+    pub fn count(&self) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `st` is a valid out-pointer and the fd is ours.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } != 0 {
+            return None;
+        }
+        (st.st_nlink as u64).checked_sub(2)
+    }
+
+    /// Lists the thread ids, sorted, into `out`.
+    pub fn list(&mut self, out: &mut Vec<u64>) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        out.clear();
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: rewinding a directory fd we own.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        loop {
+            // SAFETY: the kernel writes at most `buf.len()` bytes of
+            // linux_dirent64 records into our buffer.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, self.buf.as_mut_ptr(), self.buf.len()) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n == 0 {
+                break;
+            }
+            parse_dirents(&self.buf[..n as usize], out);
+        }
+        out.sort_unstable();
+        Ok(())
+    }
+}
+
+/// Parses `linux_dirent64` records (d_ino u64, d_off i64, d_reclen u16,
+/// d_type u8, NUL-terminated d_name), keeping names that are numbers.
+fn parse_dirents(mut buf: &[u8], out: &mut Vec<u64>) {
+    while buf.len() >= 19 {
+        let reclen = u16::from_ne_bytes([buf[16], buf[17]]) as usize;
+        if reclen < 19 || reclen > buf.len() {
+            return;
+        }
+        let name = &buf[19..reclen];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        if !name.is_empty() && name.iter().all(u8::is_ascii_digit) {
+            if let Some(tid) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                out.push(tid);
+            }
+        }
+        buf = &buf[reclen..];
+    }
+}
+
+/// Lists the ids of the process's threads into `out` (one-off).
+pub fn list_threads(out: &mut Vec<u64>) -> std::io::Result<()> {
+    TaskList::open()?.list(out)
 }
 
 /// Reads a small `/proc` file into `buf`. Returns false if it is gone.
@@ -129,5 +201,43 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(thread_name(me, &mut buf).is_some());
         assert_eq!(blocks_signal(me, libc::SIGRTMAX() - 1, &mut buf), Some(false));
         assert_eq!(thread_name(u32::MAX as u64, &mut buf), None);
+    }
+
+    #[test]
+    fn task_list_sees_threads_come_and_go() {
+        let mut list = TaskList::open().unwrap();
+        let mut before = Vec::new();
+        list.list(&mut before).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tid_tx.send(crate::core::critical::current_thread_id()).unwrap();
+            rx.recv().unwrap();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut during = Vec::new();
+        list.list(&mut during).unwrap();
+        // The link count tracks the thread count (other tests' threads may
+        // come and go, so compare with the listing taken just before).
+        let n = list.count().unwrap();
+        assert!(n.abs_diff(during.len() as u64) <= 8, "{n} vs {}", during.len());
+        assert!(during.contains(&tid) && !before.contains(&tid));
+        tx.send(()).unwrap();
+        t.join().unwrap();
+        let mut after = Vec::new();
+        list.list(&mut after).unwrap();
+        assert!(!after.contains(&tid));
+    }
+
+    #[test]
+    fn dirent_parser_rejects_garbage() {
+        let mut out = Vec::new();
+        parse_dirents(&[0xff; 40], &mut out);
+        parse_dirents(&[0; 18], &mut out);
+        let mut rec = vec![0u8; 24];
+        rec[16] = 24;
+        rec[19..23].copy_from_slice(b"1234");
+        parse_dirents(&rec, &mut out);
+        assert_eq!(out, vec![1234]);
     }
 }

@@ -22,3 +22,75 @@ export {
   SymbolTable,
   FunctionTable,
 } from './binding'
+
+// Files, formats and reports (see ./binding.d.ts).
+export {
+  exportProfile,
+  saveProfile,
+  loadProfile,
+  formatFromPath,
+  parseFormatName,
+  profileReport,
+  ExportOptions,
+  ReportOptions,
+  ProfileReport,
+  ReportThread,
+  ReportFunction,
+  ReportPath,
+} from './binding'
+
+import type { Profile, StartOptions } from './binding'
+
+/**
+ * Options of {@link withProfiler} and {@link profile}: those of `start()`
+ * plus what to do with the profile.
+ */
+export interface ProfilerOptions extends StartOptions {
+  /** Name the frames (see `symbolicate`) before returning. Default true. */
+  symbolicate?: boolean
+  /** Also save the profile to this file, atomically; the extension picks the format. */
+  output?: string
+  /** The format for `output`, whatever its extension (see `exportProfile`). */
+  format?: string
+}
+
+/** What {@link withProfiler} returns. */
+export interface Profiled<T> {
+  /** What the function returned (awaited, for an async function). */
+  result: T
+  profile: Profile
+}
+
+/**
+ * Runs `fn` with the sampler on (like the seed's `with profiler_context():`):
+ * starts, calls `fn`, and stops in `finally`. For an async function (one
+ * returning a promise) the sampler stops when the promise settles, and a
+ * promise is returned.
+ *
+ * If `fn` throws or rejects, the sampler is stopped (and the profile saved
+ * to `options.output`, if given) and the error is passed on unchanged.
+ *
+ * @throws `EINVAL` for bad options; `EAGAIN` if the sampler is already running.
+ */
+export declare function withProfiler<T>(fn: () => Promise<T>, options?: ProfilerOptions): Promise<Profiled<T>>
+export declare function withProfiler<T>(fn: () => T, options?: ProfilerOptions): Profiled<T>
+
+/** Options of {@link profile}. */
+export interface ProfileFunctionOptions extends ProfilerOptions {
+  /** Called with the profile of each call, after the sampler stopped. */
+  onProfile?: (profile: Profile) => void
+}
+
+/**
+ * Wraps `fn` so that each call is profiled (like the seed's
+ * `@profile_function` decorator). The wrapper returns what `fn` returns (a
+ * promise stays a promise); each call's profile goes to
+ * `options.onProfile` and/or is saved to `options.output`. Calls must not
+ * overlap: the sampler is process-wide (an overlapping call throws `EAGAIN`).
+ *
+ * @throws `EINVAL` for bad options.
+ */
+export declare function profile<A extends unknown[], R>(
+  fn: (...args: A) => R,
+  options?: ProfileFunctionOptions,
+): (...args: A) => R

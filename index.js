@@ -34,4 +34,16 @@ module.exports = {
   setNativeUnwinding: arity('setNativeUnwinding', binding.setNativeUnwinding, 1),
   getNativeUnwinding: arity('getNativeUnwinding', binding.getNativeUnwinding, 0),
   symbolicate: arity('symbolicate', binding.symbolicate, 1),
+  exportProfile: arity('exportProfile', binding.exportProfile, 3),
+  saveProfile: arity('saveProfile', binding.saveProfile, 3),
+  loadProfile: arity('loadProfile', binding.loadProfile, 1),
+  formatFromPath: arity('formatFromPath', binding.formatFromPath, 1),
+  parseFormatName: arity('parseFormatName', binding.parseFormatName, 1),
+  profileReport: arity('profileReport', binding.profileReport, 2),
 }
+
+// Sugar over start/stop, mirroring the seed's decorator and context
+// manager (lib/sugar.js).
+const sugar = require('./lib/sugar.js')
+module.exports.withProfiler = arity('withProfiler', sugar.withProfiler, 2)
+module.exports.profile = arity('profile', sugar.profile, 2)

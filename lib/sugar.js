@@ -1,0 +1,122 @@
+'use strict'
+// withProfiler(fn, options) and profile(fn, options): start, run, stop in
+// `finally`, for synchronous and async functions alike. They mirror the
+// seed's `with profiler_context():` and `@profile_function`.
+//
+// Options are start()'s (intervalMs, maxStackDepth, nativeUnwinding,
+// bufferSamples) plus:
+//   symbolicate  name the frames before returning (default true)
+//   output       also save the profile there (format by extension)
+//   format       the format for `output`, whatever its extension
+//   onProfile    profile() only: called with each call's profile
+
+const binding = require('../binding.js')
+
+const OWN_KEYS = ['symbolicate', 'output', 'format', 'onProfile']
+
+function einval(message) {
+  return Object.assign(new Error(message), { code: 'EINVAL' })
+}
+
+function isThenable(v) {
+  return v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function'
+}
+
+/** Splits our options from start()'s, checking ours. */
+function split(options, allowOnProfile) {
+  if (options === undefined) return { start: undefined, own: {} }
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw einval(`options must be an object, got ${options === null ? 'null' : typeof options}`)
+  }
+  const start = {}
+  const own = {}
+  for (const [k, v] of Object.entries(options)) {
+    if (OWN_KEYS.includes(k)) own[k] = v
+    else start[k] = v
+  }
+  if (own.onProfile !== undefined && (!allowOnProfile || typeof own.onProfile !== 'function')) {
+    throw einval(allowOnProfile ? 'options.onProfile must be a function' : 'options.onProfile is for profile() only')
+  }
+  if (own.symbolicate !== undefined && typeof own.symbolicate !== 'boolean') {
+    throw einval('options.symbolicate must be a boolean')
+  }
+  if (own.output !== undefined && typeof own.output !== 'string') throw einval('options.output must be a string')
+  if (own.format !== undefined) binding.parseFormatName(own.format)
+  return { start, own }
+}
+
+/** Stops, names and saves; the profile. */
+function finish(own) {
+  const profile = binding.stop()
+  if (own.symbolicate !== false) profile.symbols = binding.symbolicate(profile)
+  if (own.output !== undefined) binding.saveProfile(profile, own.output, own.format ? { format: own.format } : undefined)
+  return profile
+}
+
+/**
+ * Runs `fn` with the sampler on; returns `{ result, profile }`, or a
+ * promise of it when `fn` returns a promise. If `fn` throws (or its
+ * promise rejects), the sampler is stopped (and the profile saved to
+ * `output`, if given) before the error is passed on unchanged.
+ */
+function run(fn, own, start) {
+  if (typeof fn !== 'function') throw einval(`fn must be a function, got ${typeof fn}`)
+  try {
+    binding.start(start)
+  } catch (e) {
+    // start() lists its own keys; ours are valid here too.
+    if (e.code === 'EINVAL' && /valid options are/.test(e.message)) e.message += `, ${OWN_KEYS.join(', ')}`
+    throw e
+  }
+  let result
+  try {
+    result = fn()
+  } catch (e) {
+    finishQuietly(own)
+    throw e
+  }
+  if (!isThenable(result)) return { result, profile: finish(own) }
+  return Promise.resolve(result).then(
+    (value) => ({ result: value, profile: finish(own) }),
+    (e) => {
+      finishQuietly(own)
+      throw e
+    },
+  )
+}
+
+/** finish() on an error path: the program's error matters more than ours. */
+function finishQuietly(own) {
+  try {
+    finish(own)
+  } catch {
+    // Keep the original error.
+  }
+}
+
+function withProfiler(fn, options) {
+  const { start, own } = split(options, false)
+  return run(fn, own, start)
+}
+
+/**
+ * Wraps `fn` so that every call is profiled; the wrapper returns what `fn`
+ * returns (a promise stays a promise) and hands each profile to
+ * `options.onProfile` and/or saves it to `options.output`.
+ */
+function profile(fn, options) {
+  if (typeof fn !== 'function') throw einval(`fn must be a function, got ${typeof fn}`)
+  const { start, own } = split(options, true)
+  const deliver = (out) => {
+    if (own.onProfile) own.onProfile(out.profile)
+    return out.result
+  }
+  const wrapped = function (...args) {
+    const out = run(() => fn.apply(this, args), own, start)
+    return isThenable(out) ? out.then(deliver) : deliver(out)
+  }
+  Object.defineProperty(wrapped, 'name', { value: fn.name })
+  return wrapped
+}
+
+module.exports = { withProfiler, profile }

@@ -1,0 +1,296 @@
+'use strict'
+// `machsampler record [options] -- <command> [args...]`
+//
+// The program runs as a child with register.js preloaded through
+// NODE_OPTIONS. The child writes a raw profile into a private session
+// directory when it exits; this process then symbolicates it (the
+// binaries and V8's perf map /tmp/perf-<pid>.map are still on disk),
+// writes the requested format atomically, prints the summary and exits
+// with the child's status.
+//
+// Everything that can be checked before the program runs is checked first
+// (options, output format, output directory), so a typo does not cost a
+// whole run.
+
+const { spawn } = require('child_process')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+
+const { parse, number, CliError, USAGE } = require('./args')
+const cli = require('./cli')
+const text = require('./text')
+
+const REGISTER = path.join(__dirname, '..', 'register.js')
+// JIT names: V8 writes /tmp/perf-<pid>.map (functions only, which keeps it
+// small), and interpreted frames get a native frame of their own so that
+// Ignition-run functions are named too. Both are allowed in NODE_OPTIONS.
+const JIT_FLAGS = ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack']
+const LIVE_AFTER_MS = 1000
+const LIVE_EVERY_MS = 250
+const SPEC = {
+  help: { type: 'boolean', short: 'h' },
+  output: { type: 'string', short: 'o' },
+  format: { type: 'string', short: 'f' },
+  interval: { type: 'string' },
+  depth: { type: 'string' },
+  duration: { type: 'string' },
+  'no-jit-names': { type: 'boolean' },
+  idle: { type: 'boolean' },
+  quiet: { type: 'boolean', short: 'q' },
+}
+
+function timestamp(d = new Date()) {
+  const p = (n) => String(n).padStart(2, '0')
+  return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`
+}
+
+/** NODE_OPTIONS quoting: values with spaces or quotes go in double quotes. */
+function quote(arg) {
+  return /[\s"\\]/.test(arg) ? `"${arg.replace(/(["\\])/g, '\\$1')}"` : arg
+}
+
+/**
+ * Fails early, with the same message the write would give, if `file`
+ * cannot be created: probes its directory with a temporary file.
+ */
+function checkWritable(file) {
+  const abs = path.resolve(file)
+  let st = null
+  try {
+    st = fs.statSync(abs)
+  } catch {
+    // Does not exist yet: the usual case.
+  }
+  if (st && st.isDirectory()) throw new CliError(`cannot write '${file}': is a directory`, 1)
+  const probe = path.join(path.dirname(abs), `.machsampler-probe-${process.pid}-${Date.now()}`)
+  try {
+    fs.closeSync(fs.openSync(probe, 'wx'))
+    fs.unlinkSync(probe)
+  } catch (e) {
+    const why =
+      {
+        ENOENT: 'no such directory',
+        EACCES: 'permission denied',
+        EPERM: 'permission denied',
+        EROFS: 'read-only file system',
+        ENOTDIR: 'a component of the path is not a directory',
+        ENOSPC: 'no space left on device',
+      }[e.code] || e.message
+    throw new CliError(`cannot write '${file}': ${why}`, 1)
+  }
+}
+
+function parseRecordArgs(argv) {
+  const { values, positionals, dashDash } = parse(argv, SPEC, { command: 'record', stopAtCommand: true })
+  if (values.help) return { help: true }
+  if (positionals.length === 0) {
+    throw new CliError(
+      dashDash
+        ? `no command after '--'; usage: machsampler record [options] -- <command> [args...]`
+        : `no command to record; usage: machsampler record [options] -- <command> [args...]`,
+      USAGE,
+    )
+  }
+  const intervalMs = number(values, 'interval')
+  const maxStackDepth = number(values, 'depth')
+  try {
+    // start()'s own validation, so the limits and messages are the API's.
+    require('../binding.js').checkRecordOptions(intervalMs, maxStackDepth)
+  } catch (e) {
+    const flag = /maxStackDepth/.test(e.message) ? '--depth' : '--interval'
+    throw new CliError(`${flag}: ${e.message}`, USAGE)
+  }
+  const durationS = number(values, 'duration')
+  if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
+    throw new CliError(`--duration must be a positive number of seconds, got '${values.duration}'`, USAGE)
+  }
+  const format = cli.outputFormat(values.output || 'x.html', values.format)
+  const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`
+  return {
+    command: positionals[0],
+    args: positionals.slice(1),
+    output,
+    format,
+    intervalMs,
+    maxStackDepth,
+    durationS,
+    jitNames: values['no-jit-names'] !== true && process.platform === 'linux',
+    includeIdle: values.idle === true,
+    quiet: values.quiet === true,
+  }
+}
+
+function extensionOf(format) {
+  return {
+    machprof: 'machprof',
+    pprof: 'pb.gz',
+    speedscope: 'speedscope.json',
+    firefox: 'fxprof.json',
+    cpuprofile: 'cpuprofile',
+    collapsed: 'collapsed',
+    html: 'html',
+    svg: 'svg',
+  }[format]
+}
+
+function childEnv(opts, sessionDir, live) {
+  const original = process.env.NODE_OPTIONS || ''
+  const added = [`--require ${quote(REGISTER)}`]
+  if (opts.jitNames) added.push(...JIT_FLAGS)
+  const env = {
+    ...process.env,
+    NODE_OPTIONS: [original, ...added].filter(Boolean).join(' '),
+    MACHSAMPLER_ORIGINAL_NODE_OPTIONS: original,
+    MACHSAMPLER_SESSION_DIR: sessionDir,
+  }
+  if (opts.intervalMs !== undefined) env.MACHSAMPLER_INTERVAL_MS = String(opts.intervalMs)
+  if (opts.maxStackDepth !== undefined) env.MACHSAMPLER_MAX_STACK_DEPTH = String(opts.maxStackDepth)
+  if (opts.durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(opts.durationS)
+  if (live) env.MACHSAMPLER_LIVE = '1'
+  return env
+}
+
+/** The live "recording…" line on a terminal, from the child's status file. */
+function liveLine(sessionDir) {
+  const started = Date.now()
+  let shown = false
+  const timer = setInterval(() => {
+    const elapsed = Date.now() - started
+    if (elapsed < LIVE_AFTER_MS) return
+    let samples = null
+    try {
+      samples = JSON.parse(fs.readFileSync(path.join(sessionDir, 'status.json'), 'utf8')).samples
+    } catch {
+      // Not written yet, or caught mid-write: show the time alone.
+    }
+    const count = samples === null ? '' : `, ${text.int(samples)} samples`
+    process.stderr.write(`\r\x1b[2Kmachsampler: recording ${(elapsed / 1000).toFixed(1)} s${count}`)
+    shown = true
+  }, LIVE_EVERY_MS)
+  return () => {
+    clearInterval(timer)
+    if (shown) process.stderr.write('\r\x1b[2K')
+  }
+}
+
+/**
+ * Runs the child. Resolves to its exit status (128+n for signal n), or
+ * rejects with a CliError if it cannot be started.
+ */
+function runChild(opts, env) {
+  return new Promise((resolve, reject) => {
+    let child
+    try {
+      child = spawn(opts.command, opts.args, { stdio: 'inherit', env })
+    } catch (e) {
+      reject(spawnError(opts.command, e))
+      return
+    }
+    // The terminal sends Ctrl-C to the whole foreground process group, so
+    // the child gets it directly; forwarding it too would make it a double
+    // Ctrl-C. A signal sent to this process alone (kill, a test harness, a
+    // supervisor) is forwarded, and this process waits for the profile.
+    const forward = (signal) => {
+      if (signal === 'SIGINT' && process.stdin.isTTY) return
+      try {
+        child.kill(signal)
+      } catch {
+        // Already gone.
+      }
+    }
+    const signals = ['SIGINT', 'SIGTERM', 'SIGHUP']
+    for (const s of signals) process.on(s, forward)
+    const done = () => {
+      for (const s of signals) process.removeListener(s, forward)
+    }
+    child.on('error', (e) => {
+      done()
+      reject(spawnError(opts.command, e))
+    })
+    child.on('exit', (code, signal) => {
+      done()
+      resolve(signal ? 128 + (os.constants.signals[signal] || 0) : code)
+    })
+  })
+}
+
+function spawnError(command, e) {
+  if (e.code === 'ENOENT') return new CliError(`cannot run '${command}': command not found`, 127)
+  if (e.code === 'EACCES') return new CliError(`cannot run '${command}': permission denied`, 126)
+  return new CliError(`cannot run '${command}': ${e.message}`, 126)
+}
+
+/** The program wrote no profile: say why as well as we can tell. */
+function noProfile(opts, status) {
+  const killed = status > 128 ? ` (it died of signal ${status - 128})` : ''
+  const nodeHint = killed ? '' : '; is it a Node.js program (node, or a script run by node)?'
+  return new CliError(`no profile was recorded: '${opts.command}' exited with status ${status}${killed}${nodeHint}`, status || 1)
+}
+
+/** Removes the perf map our flags made, unless the user asked for one too. */
+function removePerfMap(opts, pid) {
+  if (!opts.jitNames) return
+  const requested = /--perf-(basic-)?prof/.test(`${process.env.NODE_OPTIONS || ''} ${opts.args.join(' ')}`)
+  if (requested) return
+  try {
+    fs.unlinkSync(`/tmp/perf-${pid}.map`)
+  } catch {
+    // Not there (no JIT code), or not ours to remove.
+  }
+}
+
+function summary(opts, profile, format) {
+  const lines = [`machsampler: recorded ${[opts.command, ...opts.args].join(' ')} (pid ${profile.meta.pid})`]
+  lines.push(...text.overview(profile))
+  lines.push(`  wrote     ${opts.output} (${format})`, '')
+  for (const by of ['self', 'total']) {
+    const report = cli.runReport(profile, { top: 15, by, includeIdle: opts.includeIdle })
+    lines.push(...text.functionsTable(report, by), '')
+  }
+  if (format !== 'machprof') {
+    lines.push(`Tip: record with -o <name>.machprof to keep a file that 'machsampler report' and 'convert' read.`)
+  }
+  return lines.join('\n') + '\n'
+}
+
+async function record(argv) {
+  const opts = parseRecordArgs(argv)
+  if (opts.help) {
+    process.stdout.write(cli.HELP.record)
+    return 0
+  }
+  checkWritable(opts.output)
+  const sessionDir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-'))
+  try {
+    const live = process.stderr.isTTY === true
+    const stopLive = live ? liveLine(sessionDir) : () => {}
+    let status
+    try {
+      status = await runChild(opts, childEnv(opts, sessionDir, live))
+    } finally {
+      stopLive()
+    }
+    const raw = path.join(sessionDir, 'raw.machprof')
+    if (!fs.existsSync(raw)) throw noProfile(opts, status)
+    const ms = require('../binding.js')
+    let profile
+    try {
+      profile = ms.loadProfile(raw)
+      profile.symbols = ms.symbolicate(profile)
+    } catch (e) {
+      throw cli.fromAddon(e)
+    }
+    removePerfMap(opts, profile.meta.pid)
+    const format = cli.save(profile, opts.output, {
+      format: opts.format,
+      includeIdle: opts.includeIdle,
+    })
+    if (!opts.quiet) process.stderr.write(summary(opts, profile, format))
+    return status
+  } finally {
+    fs.rmSync(sessionDir, { recursive: true, force: true })
+  }
+}
+
+module.exports = { record, parseRecordArgs, quote }

@@ -22,7 +22,7 @@ use flate2::Compression;
 use rustc_hash::FxHashMap;
 
 use super::names::resolve;
-use crate::profile::ProfileData;
+use crate::profile::{FunctionKind, ProfileData};
 
 /// A protobuf message being written. Only what profile.proto needs:
 /// varint fields (wire type 0) and length-delimited ones (wire type 2).
@@ -168,7 +168,17 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         out.message(2, s);
     }
 
-    // Field 3: mappings, id = module index + 1.
+    // Field 3: mappings, id = module index + 1, with what symbolization
+    // found in each (pprof uses the flags to decide whether to re-symbolize).
+    let mut found = vec![(false, false, false); profile.modules.len()];
+    for (frame, &func) in symbols.frame_function.iter().enumerate() {
+        let f = &symbols.functions[func as usize];
+        if let Some(e) = usize::try_from(f.module).ok().and_then(|m| found.get_mut(m)) {
+            e.0 |= f.kind != FunctionKind::Unknown;
+            e.1 |= !f.file.is_empty();
+            e.2 |= symbols.frame_line[frame] > 0;
+        }
+    }
     for (i, m) in profile.modules.iter().enumerate() {
         let mut pm = Pb::default();
         pm.uint(1, i as u64 + 1);
@@ -176,8 +186,9 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         pm.uint(3, m.end);
         pm.int(5, strings.get(&m.path));
         pm.int(6, strings.get(&m.build_id));
-        pm.bool(7, profile.symbols.is_some());
-        pm.bool(9, symbols.frame_line.iter().any(|&l| l > 0));
+        pm.bool(7, found[i].0);
+        pm.bool(8, found[i].1);
+        pm.bool(9, found[i].2);
         out.message(3, pm);
     }
 

@@ -214,7 +214,7 @@ pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<Profile<'env>
     let data = machprof::decode(&bytes).map_err(|e| {
         let hint = match Format::from_path(&path) {
             Some(f) if f != Format::Machprof && !machprof::looks_like(&bytes) => {
-                format!(" (it looks like a {} file; only .machprof files can be read back)", f.name())
+                format!(" (its name says {}; only .machprof files can be read back)", f.name())
             }
             _ => String::new(),
         };

@@ -1,0 +1,287 @@
+'use strict'
+// The machsampler command end to end: record (the README's command on the
+// demo app, every way a program can end, signals, options), report,
+// convert, --help, and every bad input: one line on stderr, a non-zero
+// conventional exit status, no partial output.
+
+const fs = require('fs')
+const path = require('path')
+const { spawnSync } = require('child_process')
+const ms = require('..')
+const h = require('./fixtures/cli-helpers')
+
+const NODE = process.execPath
+
+// Paths are fixed when the file loads: test.each tables are built then.
+const dir = h.tmpdir('cli')
+const machprof = path.join(dir, 'demo.machprof') // the demo, recorded once
+
+beforeAll(() => {
+  expect(h.recordDemo(dir).file).toBe(machprof)
+}, 120000)
+
+afterAll(() => {
+  fs.rmSync(dir, { recursive: true, force: true })
+})
+
+function names(file) {
+  return ms.loadProfile(file).symbols.functions.name.join('\n')
+}
+
+describe('record', () => {
+  test("the README's command: summary on stderr, flame-graph HTML left behind, program output untouched", () => {
+    const out = path.join(dir, 'readme.html')
+    const r = h.cli(['record', '-o', out, '--', NODE, 'examples/demo.js'])
+    expect(r.status).toBe(0)
+    expect(r.stdout).toMatch(/^demo: main thread \d+ fib/m) // the program's own stdout
+    expect(r.stderr).toMatch(/^machsampler: recorded .*examples\/demo\.js \(pid \d+\)$/m)
+    expect(r.stderr).toMatch(/duration +\d\.\d\d s, sampling every 10 ms/)
+    expect(r.stderr).toMatch(/samples +[\d,]+ \([\d,]+ idle\), \d+ dropped/)
+    expect(r.stderr).toMatch(/threads +\d+ sampled of \d+ seen/)
+    expect(r.stderr).toContain(`wrote     ${out} (html)`)
+    expect(r.stderr).toContain('Top 15 functions by self samples')
+    expect(r.stderr).toContain('Top 15 functions by total samples')
+    expect(r.stderr).toContain('fibonacciOnMainThread')
+    expect(fs.readFileSync(out, 'utf8').startsWith('<!DOCTYPE html>')).toBe(true)
+    // The perf map that our flags made is cleaned up.
+    const pid = /\(pid (\d+)\)/.exec(r.stderr)[1]
+    expect(fs.existsSync(`/tmp/perf-${pid}.map`)).toBe(false)
+  }, 60000)
+
+  test('the package exposes the command as a bin', () => {
+    const pkg = require('../package.json')
+    expect(pkg.bin.machsampler).toBe('bin/machsampler.js')
+    const bin = path.join(h.ROOT, pkg.bin.machsampler)
+    expect(fs.readFileSync(bin, 'utf8').startsWith('#!/usr/bin/env node')).toBe(true)
+    fs.accessSync(bin, fs.constants.X_OK)
+    for (const f of ['register.js', 'bin/', 'lib/']) expect(pkg.files).toContain(f)
+  })
+
+  test('without -o the profile goes to a timestamped file in the current directory, named in the summary', () => {
+    const cwd = h.tmpdir('cwd')
+    try {
+      const r = h.cli(['record', '--', NODE, h.BUSY], { cwd })
+      expect(r.status).toBe(0)
+      const files = h.listDir(cwd)
+      expect(files).toHaveLength(1)
+      expect(files[0]).toMatch(/^machsampler-\d{8}-\d{6}\.html$/)
+      expect(r.stderr).toContain(`wrote     ${files[0]} (html)`)
+    } finally {
+      fs.rmSync(cwd, { recursive: true, force: true })
+    }
+  })
+
+  test.each([
+    ['a normal end', [], 0],
+    ['process.exit(3)', ['exit', '3'], 3],
+    ['an uncaught exception', ['throw'], 1],
+    ['an unhandled rejection', ['reject'], 1],
+  ])('the profile is written on %s and the exit status passed through', (_, args, status) => {
+    const out = path.join(dir, `end-${args.join('-') || 'normal'}.machprof`)
+    const r = h.cli(['record', '-q', '-o', out, '--', NODE, h.BUSY, ...args])
+    expect(r.status).toBe(status)
+    expect(names(out)).toContain('busyLoopForCliTest')
+  })
+
+  test.each([
+    ['SIGTERM', 143, 'wait'],
+    ['SIGINT', 130, 'wait'],
+    ['SIGHUP', 129, 'wait'],
+    ['SIGTERM', 0, 'handle'],
+  ])('%s: profile written, status %p (program %s)', async (signal, status, how) => {
+    const out = path.join(dir, `signal-${signal}-${how}.machprof`)
+    const run = h.cliAsync(['record', '-q', '-o', out, '--', NODE, h.BUSY, how])
+    await run.printed('ready')
+    await new Promise((res) => setTimeout(res, 200))
+    run.child.kill(signal)
+    const r = await run.done
+    expect(r.status).toBe(status)
+    if (how === 'handle') expect(r.stdout).toContain('handled SIGTERM') // its own handler ran
+    expect(names(out)).toContain('busyLoopForCliTest')
+  }, 30000)
+
+  test('NODE_OPTIONS is kept; the program and its children see the original', () => {
+    const script = [
+      "const { execFileSync } = require('child_process')",
+      "const v8 = require('v8')",
+      "console.log('child', process.env.NODE_OPTIONS, v8.getHeapStatistics().heap_size_limit < 400e6)",
+      "execFileSync(process.execPath, ['-e', 'console.log(\"grandchild\", process.env.NODE_OPTIONS)'], { stdio: 'inherit' })",
+    ].join(';')
+    const out = path.join(dir, 'env.machprof')
+    const r = h.cli(['record', '-q', '-o', out, '--', NODE, '-e', script], {
+      env: { NODE_OPTIONS: '--max-old-space-size=200' },
+    })
+    expect(r.status).toBe(0)
+    expect(r.stdout).toContain('child --max-old-space-size=200 true')
+    expect(r.stdout).toContain('grandchild --max-old-space-size=200')
+    expect(fs.existsSync(out)).toBe(true)
+  })
+
+  test('through a shell: the first Node process records', () => {
+    const out = path.join(dir, 'shell.machprof')
+    const r = h.cli(['record', '-q', '-o', out, '--', 'sh', '-c', `"${NODE}" "${h.BUSY}" exit 4`])
+    expect(r.status).toBe(4)
+    expect(names(out)).toContain('busyLoopForCliTest')
+  })
+
+  test('--no-jit-names leaves JS frames unnamed; the default names them', () => {
+    const named = path.join(dir, 'jit.machprof')
+    const plain = path.join(dir, 'nojit.machprof')
+    expect(h.cli(['record', '-q', '-o', named, '--', NODE, h.BUSY]).status).toBe(0)
+    expect(h.cli(['record', '-q', '--no-jit-names', '-o', plain, '--', NODE, h.BUSY]).status).toBe(0)
+    expect(names(named)).toContain('busyLoopForCliTest')
+    expect(names(plain)).not.toContain('busyLoopForCliTest')
+  })
+
+  test('--duration stops sampling early; --interval and --depth reach the sampler', () => {
+    const out = path.join(dir, 'duration.machprof')
+    const r = h.cli(['record', '-q', '--duration', '0.5', '--interval', '5', '--depth', '16', '-o', out, '--', NODE, h.DEMO], {
+      env: { DEMO_DURATION_MS: '1500' },
+    })
+    expect(r.status).toBe(0)
+    const p = ms.loadProfile(out)
+    const seconds = Number(p.endTimeNs - p.startTimeNs) / 1e9
+    expect(seconds).toBeGreaterThan(0.3)
+    expect(seconds).toBeLessThan(1.2)
+    expect(p.intervalNs).toBe(5000000n)
+    let maxDepth = 0
+    for (let i = 0; i < p.samples.stack.length; i++) {
+      let d = 0
+      for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) d++
+      maxDepth = Math.max(maxDepth, d)
+    }
+    expect(maxDepth).toBeLessThanOrEqual(16)
+  }, 60000)
+
+  test('on a terminal, a live line shows elapsed time and samples', () => {
+    if (!fs.existsSync('/usr/bin/script')) {
+      throw new Error('the live-line test needs script(1) to give the CLI a terminal (Debian: apt-get install bsdutils)')
+    }
+    const out = path.join(dir, 'live.machprof')
+    const q = (s) => `'${s.replace(/'/g, "'\\''")}'`
+    const cmd = [NODE, h.CLI, 'record', '-q', '-o', out, '--', NODE, h.DEMO].map(q).join(' ')
+    const r = spawnSync('/usr/bin/script', ['-qec', cmd, '/dev/null'], {
+      encoding: 'utf8',
+      env: { ...process.env, DEMO_DURATION_MS: '2500' },
+      timeout: 60000,
+    })
+    expect(r.status).toBe(0)
+    expect(r.stdout).toMatch(/machsampler: recording \d+\.\d s, [\d,]+ samples/)
+    expect(fs.existsSync(out)).toBe(true)
+  }, 60000)
+})
+
+describe('report and convert', () => {
+  test('report prints threads, hot functions and hot paths', () => {
+    const r = h.cli(['report', machprof])
+    expect(r.status).toBe(0)
+    expect(r.stderr).toBe('')
+    for (const s of ['Threads (busiest first):', 'Top 15 functions by self samples', 'call paths (leaf first)']) {
+      expect(r.stdout).toContain(s)
+    }
+    expect(r.stdout).toContain('fibonacciOnMainThread')
+    expect(r.stdout).toContain('primeSieveInWorker')
+    expect(r.stdout).toContain('(main)')
+  })
+
+  test('report --thread <tid> --by total --top 3', () => {
+    const main = ms.loadProfile(machprof).threads.find((t) => t.isMain)
+    const r = h.cli(['report', machprof, '--thread', String(main.tid), '--by', 'total', '--top', '3'])
+    expect(r.status).toBe(0)
+    expect(r.stdout).toContain(`Top 3 functions by total samples (thread ${main.tid};`)
+    const threadRows = r.stdout.split('Threads (busiest first):')[1].split('\n\n')[0].trim().split('\n')
+    expect(threadRows).toHaveLength(2) // header + the main thread
+    const fnRows = r.stdout.split('functions by total samples')[1].split('\n\n')[0].trim().split('\n')
+    expect(fnRows).toHaveLength(3 + 2) // title rest, header, 3 rows
+  })
+
+  test('convert writes the format the extension or --format says', () => {
+    const out = path.join(dir, 'converted.data')
+    const r = h.cli(['convert', machprof, '-o', out, '--format', 'cpuprofile'])
+    expect(r.status).toBe(0)
+    expect(JSON.parse(fs.readFileSync(out, 'utf8')).nodes[0].callFrame.functionName).toBe('(root)')
+  })
+})
+
+describe('--help on every command', () => {
+  test.each([
+    [['--help'], 'Usage: machsampler <command>'],
+    [['help'], 'Usage: machsampler <command>'],
+    [['record', '--help'], 'Usage: machsampler record'],
+    [['report', '-h'], 'Usage: machsampler report'],
+    [['convert', '--help'], 'Usage: machsampler convert'],
+    [['help', 'convert'], 'Usage: machsampler convert'],
+  ])('%p', (args, first) => {
+    const r = h.cli(args)
+    expect(r.status).toBe(0)
+    expect(r.stdout.startsWith(first)).toBe(true)
+    expect(r.stderr).toBe('')
+  })
+
+  test('no command at all: usage on stderr, status 2', () => {
+    const r = h.cli([])
+    expect(r.status).toBe(2)
+    expect(r.stderr).toContain('Usage: machsampler <command>')
+  })
+})
+
+describe('bad input: one line on stderr, a conventional status, nothing left behind', () => {
+  const work = path.join(dir, 'bad')
+  beforeAll(() => {
+    fs.mkdirSync(work)
+    fs.writeFileSync(path.join(work, 'garbage.machprof'), 'this is not a profile\n')
+    const bytes = fs.readFileSync(machprof)
+    fs.writeFileSync(path.join(work, 'truncated.machprof'), bytes.subarray(0, bytes.length >> 1))
+    const future = Buffer.from(bytes)
+    future.writeUInt32LE(9, 8)
+    fs.writeFileSync(path.join(work, 'future.machprof'), future)
+    fs.writeFileSync(path.join(work, 'not-executable'), '#!/bin/sh\necho hi\n', { mode: 0o644 })
+    fs.writeFileSync(path.join(work, 'a-file'), '')
+    fs.writeFileSync(path.join(work, 'graph.html'), '<!DOCTYPE html>\n')
+  })
+
+  const W = (f) => path.join(work, f)
+  const cases = [
+    ['no command after --', ['record', '-o', W('o1.html'), '--'], 2, "no command after '--'"],
+    ['no command at all', ['record', '-o', W('o2.html')], 2, 'no command to record'],
+    ['unknown record option', ['record', '--frobnicate', '-o', W('o3.html'), '--', NODE, h.BUSY], 2, "unknown option '--frobnicate'"],
+    ['unknown report option', ['report', machprof, '--colour'], 2, "unknown option '--colour'"],
+    ['unknown convert option', ['convert', machprof, '-o', W('o4.html'), '-z'], 2, "unknown option '-z'"],
+    ['unknown command', ['frob'], 2, "unknown command 'frob'"],
+    ['option without its value', ['report', machprof, '--top'], 2, "option '--top' needs a value"],
+    ['bad --interval', ['record', '--interval', '0', '-o', W('o5.html'), '--', NODE, h.BUSY], 2, 'intervalMs must be an integer from 1 to 1000'],
+    ['non-numeric --interval', ['record', '--interval', 'fast', '-o', W('o6.html'), '--', NODE, h.BUSY], 2, 'intervalMs must be an integer'],
+    ['bad --depth', ['record', '--depth', '5000', '-o', W('o7.html'), '--', NODE, h.BUSY], 2, 'maxStackDepth must be an integer from 1 to 1024'],
+    ['bad --duration', ['record', '--duration', '-2', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, '--duration must be a positive number'],
+    ['unknown format', ['record', '-f', 'gif', '-o', W('o9.html'), '--', NODE, h.BUSY], 2, "unknown format 'gif'"],
+    ['unknown extension', ['record', '-o', W('o10.json'), '--', NODE, h.BUSY], 2, 'cannot tell the format'],
+    ['output directory missing', ['record', '-o', W('missing/o11.html'), '--', NODE, h.BUSY], 1, 'no such directory'],
+    ['output under a file', ['record', '-o', W('a-file/o12.html'), '--', NODE, h.BUSY], 1, 'not a directory'],
+    ['output is a directory', ['record', '-o', work, '-f', 'html', '--', NODE, h.BUSY], 1, 'is a directory'],
+    ['convert to a missing directory', ['convert', machprof, '-o', W('missing/o13.pb.gz')], 1, 'cannot write'],
+    ['missing input', ['report', W('nope.machprof')], 1, 'no such file or directory'],
+    ['missing input to convert', ['convert', W('nope.machprof'), '-o', W('o14.html')], 1, 'no such file or directory'],
+    ['corrupt input', ['report', W('garbage.machprof')], 1, 'not a machsampler profile'],
+    ['truncated input', ['convert', W('truncated.machprof'), '-o', W('o15.html')], 1, 'truncated'],
+    ['future version', ['report', W('future.machprof')], 1, 'format version 9 is newer'],
+    ['a flame graph given as input', ['report', W('graph.html')], 1, 'only .machprof files'],
+    ['unknown thread', ['report', machprof, '--thread', 'no-such-thread'], 1, 'threads are'],
+    ['command not found', ['record', '-o', W('o16.html'), '--', W('no-such-command')], 127, 'command not found'],
+    ['command not executable', ['record', '-o', W('o17.html'), '--', W('not-executable')], 126, 'permission denied'],
+    ['not a Node program', ['record', '-o', W('o18.html'), '--', 'true'], 1, 'no profile was recorded'],
+  ]
+
+  test.each(cases.map((c) => [c[0], c]))('%s', (_, [, args, status, message]) => {
+    const before = h.listDir(work)
+    const r = h.cli(args)
+    expect({ status: r.status, stderr: r.stderr }).toEqual({ status, stderr: expect.stringContaining(message) })
+    const lines = r.stderr.trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^machsampler: /)
+    expect(r.stderr).not.toMatch(/\n\s+at /)
+    // The program never ran for errors found up front, and no file (nor
+    // a temporary one) appeared.
+    expect(r.stdout).not.toContain('ready')
+    expect(h.listDir(work)).toEqual(before)
+  })
+})

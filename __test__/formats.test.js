@@ -256,17 +256,18 @@ describe('JS API for files', () => {
     expect(ms.parseFormatName('FlameGraph')).toBe('html')
   })
 
-  function expectCode(fn, code, part) {
-    let err
-    try {
-      fn()
-    } catch (e) {
-      err = e
-    }
-    expect(err).toBeDefined()
-    expect(util.types.isNativeError(err)).toBe(true)
-    expect(err.code).toBe(code)
-    if (part) expect(err.message).toContain(part)
+  /** Asserts that `fn` throws a real Error with `code` and `part` in its message. */
+  const expectCode = (fn, code, part = '') => {
+    const thrown = (() => {
+      try {
+        fn()
+      } catch (e) {
+        return e
+      }
+      return null
+    })()
+    expect(thrown && util.types.isNativeError(thrown)).toBe(true)
+    expect(thrown).toMatchObject({ code, message: expect.stringContaining(part) })
   }
 
   test('bad arguments and files are coded errors', () => {
@@ -279,7 +280,9 @@ describe('JS API for files', () => {
     expectCode(() => ms.saveProfile(profile, dir, 'html'), 'EISDIR')
     expectCode(() => ms.loadProfile(path.join(dir, 'nope.machprof')), 'ENOENT', 'no such file')
     expectCode(() => ms.loadProfile(dir), 'EISDIR')
-    expectCode(() => ms.loadProfile(path.join(dir, 'demo.svg')), 'EINVAL', 'not a machsampler profile')
+    const svg = path.join(dir, 'api.svg')
+    ms.saveProfile(profile, svg)
+    expectCode(() => ms.loadProfile(svg), 'EINVAL', 'not a machsampler profile')
     expectCode(() => ms.loadProfile(recorded, 1), 'EINVAL', 'at most 1 argument')
     expectCode(() => ms.profileReport(profile, { by: 'wall' }), 'EINVAL', "'self' or 'total'")
     expectCode(() => ms.profileReport(profile, { top: 0 }), 'EINVAL', 'from 1 to 100000')

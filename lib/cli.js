@@ -131,6 +131,13 @@ function outputFormat(file, format) {
   }
 }
 
+/** The one input profile report and convert take. */
+function oneProfile(command, positionals) {
+  if (positionals.length === 1) return positionals[0]
+  const what = positionals.length === 0 ? 'needs a profile file' : `takes one profile, got ${positionals.length}`
+  throw new CliError(`${command} ${what}`, USAGE)
+}
+
 function reportCommand(argv) {
   const { values, positionals } = parse(
     argv,
@@ -144,18 +151,13 @@ function reportCommand(argv) {
     { command: 'report' },
   )
   if (values.help) return help('report')
-  if (positionals.length !== 1) {
-    throw new CliError(
-      positionals.length === 0 ? 'report needs a profile file' : `report takes one profile, got ${positionals.length}`,
-      USAGE,
-    )
-  }
+  const input = oneProfile('report', positionals)
   const top = number(values, 'top')
   const options = { thread: values.thread, top, by: values.by, includeIdle: values.idle === true }
   checkReportOptions(options)
-  const profile = loadInput(positionals[0])
+  const profile = loadInput(input)
   const report = runReport(profile, options)
-  const lines = [`machsampler report: ${positionals[0]}`, ...text.overview(profile), '']
+  const lines = [`machsampler report: ${input}`, ...text.overview(profile), '']
   lines.push(...text.threadsTable(report), '')
   lines.push(...text.functionsTable(report, options.by, options.thread), '')
   lines.push(...text.pathsTable(report))
@@ -193,15 +195,10 @@ function convertCommand(argv) {
     { command: 'convert' },
   )
   if (values.help) return help('convert')
-  if (positionals.length !== 1) {
-    throw new CliError(
-      positionals.length === 0 ? 'convert needs a profile file' : `convert takes one profile, got ${positionals.length}`,
-      USAGE,
-    )
-  }
+  const input = oneProfile('convert', positionals)
   if (values.output === undefined) throw new CliError(`convert needs -o <file>; see 'machsampler convert --help'`, USAGE)
   const format = outputFormat(values.output, values.format)
-  const profile = loadInput(positionals[0])
+  const profile = loadInput(input)
   save(profile, values.output, {
     format,
     includeIdle: values.idle === true,

@@ -259,3 +259,21 @@ pub fn set_native_unwinding(enabled: Unknown) -> Result<(), &'static str> {
 pub fn get_native_unwinding() -> bool {
     control::native_unwinding()
 }
+
+/// @internal For `npm run bench`: the kernel's share of a sample, the time
+/// of an empty round trip of the sampling signal to the calling thread, in
+/// nanoseconds, one entry per iteration. Empty where the backend does not
+/// use signals (macOS).
+#[napi(js_name = "_benchSignalRoundTrip")]
+pub fn bench_signal_round_trip(iterations: u32) -> Result<Vec<f64>, &'static str> {
+    #[cfg(target_os = "linux")]
+    {
+        let ns = crate::platform::linux::signal::round_trip_ns(iterations.min(1_000_000) as usize).map_err(js_error)?;
+        Ok(ns.into_iter().map(|v| v as f64).collect())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = iterations;
+        Ok(Vec::new())
+    }
+}

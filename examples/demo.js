@@ -90,7 +90,9 @@ function compressBuffersOnThreadPool(until) {
     let compressed = 0
     const next = () => {
       if (Date.now() >= until) return resolve(compressed)
-      zlib.deflate(input, { level: 6 }, (err) => {
+      // One output chunk for the whole buffer: one thread-pool job per call,
+      // not one per 16 KiB chunk (each of which waits for the main thread).
+      zlib.deflate(input, { level: 6, chunkSize: 2 << 20 }, (err) => {
         if (err) return reject(err)
         compressed++
         next()

@@ -46,6 +46,10 @@ for triple in x86_64-apple-darwin aarch64-apple-darwin; do
     cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets
 done
 
+log "Linux arm64 type check"
+RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/cross \
+  cargo check -Zbuild-std=std,panic_abort --target aarch64-unknown-linux-gnu --all-targets
+
 log "napi build"
 npm run build
 

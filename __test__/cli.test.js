@@ -171,6 +171,22 @@ describe('record', () => {
   }, 60000)
 })
 
+describe('register.js without the CLI', () => {
+  test('node -r machsampler/register writes MACHSAMPLER_OUTPUT, symbolicated, and keeps the exit status', () => {
+    const out = path.join(dir, 'standalone.machprof')
+    const flags = ['--perf-basic-prof-only-functions', '-r', path.join(h.ROOT, 'register.js')]
+    const r = spawnSync(NODE, [...flags, h.BUSY, 'exit', '5'], {
+      env: { ...process.env, MACHSAMPLER_OUTPUT: out },
+      encoding: 'utf8',
+      timeout: 60000,
+    })
+    fs.rmSync(`/tmp/perf-${r.pid}.map`, { force: true })
+    expect(r.status).toBe(5)
+    expect(r.stderr).toBe(`machsampler: wrote ${out}\n`)
+    expect(names(out)).toContain('busyLoopForCliTest')
+  })
+})
+
 describe('report and convert', () => {
   test('report prints threads, hot functions and hot paths', () => {
     const r = h.cli(['report', machprof])

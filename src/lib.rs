@@ -15,6 +15,7 @@ pub mod formats;
 pub mod platform;
 pub mod profile;
 pub mod symbols;
+pub mod v8;
 
 // napi-derive registers exports only outside `cfg(test)`, and the bindings are
 // tested through Node (jest), so unit-test builds leave them out.

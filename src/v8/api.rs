@@ -1,0 +1,233 @@
+//! V8's exported C++ API, resolved at run time with
+//! `dlsym(RTLD_DEFAULT, <mangled name>)`, so the addon compiles no C++ and
+//! links against no V8 library: the functions come from the process's own
+//! node binary (which exports them for native addons, on Linux and macOS).
+//!
+//! The Itanium C++ ABI (Linux and macOS, x86_64 and arm64) passes `this` as
+//! the first argument and references as pointers, and every function used
+//! here takes and returns only pointers, integers and plain enums, so each
+//! is called through an `extern "C"` function pointer of the matching shape.
+//!
+//! Resolution happens once, outside any signal handler, in [`api`]; the
+//! result lives in a `OnceLock` whose `get` is a single atomic load, so the
+//! signal path only reads it.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::OnceLock;
+
+use super::abi::{JitCodeEvent, Layout, RegisterState, V8Version};
+
+pub type Isolate = c_void;
+pub type JitCodeEventHandler = extern "C" fn(event: *const JitCodeEvent);
+pub type InterruptCallback = extern "C" fn(isolate: *mut Isolate, data: *mut c_void);
+
+/// The functions the layer calls, resolved from the running node binary.
+pub struct Api {
+    pub version: V8Version,
+    pub version_string: String,
+    pub layout: Layout,
+    /// `static v8::Isolate* v8::Isolate::GetCurrent()`.
+    pub get_current: unsafe extern "C" fn() -> *mut Isolate,
+    /// `static v8::Isolate* v8::Isolate::TryGetCurrent()`.
+    pub try_get_current: unsafe extern "C" fn() -> *mut Isolate,
+    /// `void v8::Isolate::GetStackSample(const RegisterState&, void**, size_t, SampleInfo*)`.
+    pub get_stack_sample: unsafe extern "C" fn(
+        this: *mut Isolate,
+        state: *const RegisterState,
+        frames: *mut *mut c_void,
+        limit: usize,
+        info: *mut c_void,
+    ),
+    /// `void v8::Isolate::GetEmbeddedCodeRange(const void**, size_t*)`.
+    pub get_embedded_code_range: unsafe extern "C" fn(this: *mut Isolate, start: *mut *const c_void, len: *mut usize),
+    /// `void v8::Isolate::GetCodeRange(void**, size_t*)`.
+    pub get_code_range: unsafe extern "C" fn(this: *mut Isolate, start: *mut *mut c_void, len: *mut usize),
+    /// `void v8::Isolate::SetJitCodeEventHandler(JitCodeEventOptions, JitCodeEventHandler)`.
+    pub set_jit_code_event_handler:
+        unsafe extern "C" fn(this: *mut Isolate, options: i32, handler: Option<JitCodeEventHandler>),
+    /// `void v8::Isolate::RequestInterrupt(InterruptCallback, void*)`.
+    pub request_interrupt: unsafe extern "C" fn(this: *mut Isolate, callback: InterruptCallback, data: *mut c_void),
+}
+
+/// Why the layer is not available.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// No V8 in this process (e.g. `cargo test`), or it exports no API.
+    NoV8,
+    /// A symbol is missing (named).
+    MissingSymbol(&'static str),
+    /// V8 is there, but its version's struct layouts were not verified.
+    UnsupportedVersion(String),
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unavailable::NoV8 => write!(f, "no V8 API in this process"),
+            Unavailable::MissingSymbol(s) => write!(f, "V8 API symbol {s} not found"),
+            Unavailable::UnsupportedVersion(v) => write!(f, "V8 {v} is not a supported version"),
+        }
+    }
+}
+
+pub const SYM_GET_VERSION: &CStr = c"_ZN2v82V810GetVersionEv";
+pub const SYM_GET_CURRENT: &CStr = c"_ZN2v87Isolate10GetCurrentEv";
+pub const SYM_TRY_GET_CURRENT: &CStr = c"_ZN2v87Isolate13TryGetCurrentEv";
+pub const SYM_GET_STACK_SAMPLE: &CStr = c"_ZN2v87Isolate14GetStackSampleERKNS_13RegisterStateEPPvmPNS_10SampleInfoE";
+pub const SYM_GET_EMBEDDED_CODE_RANGE: &CStr = c"_ZN2v87Isolate20GetEmbeddedCodeRangeEPPKvPm";
+pub const SYM_GET_CODE_RANGE: &CStr = c"_ZN2v87Isolate12GetCodeRangeEPPvPm";
+pub const SYM_SET_JIT_CODE_EVENT_HANDLER: &CStr =
+    c"_ZN2v87Isolate22SetJitCodeEventHandlerENS_19JitCodeEventOptionsEPFvPKNS_12JitCodeEventEE";
+pub const SYM_REQUEST_INTERRUPT: &CStr = c"_ZN2v87Isolate16RequestInterruptEPFvPS0_PvES2_";
+
+fn lookup(name: &'static CStr) -> Result<*mut c_void, Unavailable> {
+    // SAFETY: dlsym with RTLD_DEFAULT searches the global scope for a
+    // NUL-terminated name; it does not call the symbol.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if p.is_null() {
+        Err(Unavailable::MissingSymbol(name.to_str().unwrap_or("?")))
+    } else {
+        Ok(p)
+    }
+}
+
+fn resolve() -> Result<Api, Unavailable> {
+    let get_version = lookup(SYM_GET_VERSION).map_err(|_| Unavailable::NoV8)?;
+    // SAFETY: `v8::V8::GetVersion()` is `static const char* ()`, returning
+    // a static NUL-terminated string.
+    let version_string = unsafe {
+        let f: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(get_version);
+        let p = f();
+        if p.is_null() {
+            return Err(Unavailable::NoV8);
+        }
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    };
+    // Test hook: pretend to be another V8 version (to test the fallback for
+    // unknown versions against a real node binary).
+    let version_string = match std::env::var("MACHSAMPLER_TEST_V8_VERSION") {
+        Ok(v) if !v.is_empty() => v,
+        _ => version_string,
+    };
+    let version = V8Version::parse(&version_string).ok_or(Unavailable::UnsupportedVersion(version_string.clone()))?;
+    let layout = Layout::for_version(version);
+    if layout == Layout::Unsupported {
+        return Err(Unavailable::UnsupportedVersion(version_string));
+    }
+    // SAFETY (all transmutes below): each symbol is the mangled name of the
+    // C++ function whose signature the field type mirrors under the Itanium
+    // ABI (`this` first, references as pointers, enums as int); the mangled
+    // names encode the parameter types, so a signature change would change
+    // the name and fail the lookup instead.
+    unsafe {
+        Ok(Api {
+            version,
+            version_string,
+            layout,
+            get_current: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> *mut Isolate>(lookup(
+                SYM_GET_CURRENT,
+            )?),
+            try_get_current: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> *mut Isolate>(lookup(
+                SYM_TRY_GET_CURRENT,
+            )?),
+            get_stack_sample: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut Isolate, *const RegisterState, *mut *mut c_void, usize, *mut c_void),
+            >(lookup(SYM_GET_STACK_SAMPLE)?),
+            get_embedded_code_range: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut Isolate, *mut *const c_void, *mut usize),
+            >(lookup(SYM_GET_EMBEDDED_CODE_RANGE)?),
+            get_code_range: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut Isolate, *mut *mut c_void, *mut usize),
+            >(lookup(SYM_GET_CODE_RANGE)?),
+            set_jit_code_event_handler: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut Isolate, i32, Option<JitCodeEventHandler>),
+            >(lookup(SYM_SET_JIT_CODE_EVENT_HANDLER)?),
+            request_interrupt: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut Isolate, InterruptCallback, *mut c_void),
+            >(lookup(SYM_REQUEST_INTERRUPT)?),
+        })
+    }
+}
+
+static API: OnceLock<Result<Api, Unavailable>> = OnceLock::new();
+
+/// The resolved API, resolving it on first use. Not for signal handlers
+/// (the first call runs `dlsym`); use [`api_if_resolved`] there.
+pub fn api() -> Result<&'static Api, Unavailable> {
+    API.get_or_init(resolve).as_ref().map_err(Clone::clone)
+}
+
+/// The API if an earlier [`api`] call resolved it. Async-signal-safe: one
+/// atomic load.
+#[inline]
+pub fn api_if_resolved() -> Option<&'static Api> {
+    match API.get() {
+        Some(Ok(api)) => Some(api),
+        _ => None,
+    }
+}
+
+/// A code range reported by V8, `[start, start + len)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeRange {
+    pub start: u64,
+    pub len: u64,
+}
+
+impl CodeRange {
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr - self.start < self.len
+    }
+}
+
+impl Api {
+    /// The embedded builtins blob (shared by all isolates of the process).
+    ///
+    /// # Safety
+    /// `isolate` must be a live isolate.
+    pub unsafe fn embedded_code_range(&self, isolate: *mut Isolate) -> CodeRange {
+        let (mut start, mut len) = (std::ptr::null::<c_void>(), 0usize);
+        // SAFETY: per the contract `isolate` is live; both out-pointers are
+        // valid locals.
+        unsafe { (self.get_embedded_code_range)(isolate, &mut start, &mut len) };
+        CodeRange { start: start as u64, len: len as u64 }
+    }
+
+    /// The isolate's JIT code range (empty where V8 reserves none).
+    ///
+    /// # Safety
+    /// `isolate` must be a live isolate.
+    pub unsafe fn code_range(&self, isolate: *mut Isolate) -> CodeRange {
+        let (mut start, mut len) = (std::ptr::null_mut::<c_void>(), 0usize);
+        // SAFETY: as above.
+        unsafe { (self.get_code_range)(isolate, &mut start, &mut len) };
+        CodeRange { start: start as u64, len: len as u64 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_v8_in_a_test_binary() {
+        // `cargo test` runs without node, so nothing resolves and nothing is
+        // called.
+        assert_eq!(api().err(), Some(Unavailable::NoV8));
+        assert!(api_if_resolved().is_none());
+        assert!(Unavailable::UnsupportedVersion("9.9".into()).to_string().contains("9.9"));
+    }
+
+    #[test]
+    fn code_range_contains() {
+        let r = CodeRange { start: 0x1000, len: 0x100 };
+        assert!(r.contains(0x1000) && r.contains(0x10ff));
+        assert!(!r.contains(0xfff) && !r.contains(0x1100));
+        assert!(!CodeRange::default().contains(0));
+    }
+}

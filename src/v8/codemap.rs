@@ -1,0 +1,530 @@
+//! Address → name map of V8 code (compiled code and bytecode arrays), built
+//! from V8's code events, versioned in time.
+//!
+//! V8 reports code as it is created (`CODE_ADDED`), moved by the GC
+//! (`CODE_MOVED`, both for machine code and for bytecode arrays) and, rarely,
+//! removed (`CODE_REMOVED`). It does not report code that simply dies: the
+//! address range is reused by a later object, which is reported as added.
+//! So, like V8's own CPU-profiler code map and DataDog's `code-map.cc`, an
+//! added range evicts every live range it overlaps.
+//!
+//! Unlike them, this map is consulted after the fact: samples are
+//! symbolized when the profile is read, by which time an address a sample
+//! saw may hold different code. Every entry therefore records when it was
+//! born and when it died (a move, removal, or eviction), in the same
+//! `CLOCK_MONOTONIC` nanoseconds as the samples' timestamps, and
+//! [`CodeMap::lookup`] answers for the time of the sample. This is sound
+//! because V8 reports a move during the GC pause that performs it, while no
+//! JS of that isolate runs, and reports added code before it can run.
+//!
+//! Memory is bounded: dead entries are kept (for older samples) up to
+//! `max_dead` and then dropped oldest first; live entries and distinct names
+//! have caps too, past which events are counted and dropped.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// What kind of code an entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeKind {
+    /// A BytecodeArray (interpreted function); addresses inside it are
+    /// what `GetStackSample` reports for interpreted frames.
+    Bytecode,
+    /// Machine code: baseline (Sparkplug), Maglev, TurboFan, stubs,
+    /// builtins, regexps.
+    Jit,
+    Wasm,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    len: u64,
+    name: u32,
+    kind: CodeKind,
+    /// Registry serial of the isolate that reported it (0: unknown).
+    isolate: u32,
+    born: u64,
+    died: u64,
+}
+
+const ALIVE: u64 = u64::MAX;
+
+/// Limits on what the map keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_live: usize,
+    pub max_dead: usize,
+    pub max_names: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // ~48 bytes an entry: 4M live + 1M dead is at most ~240 MB in the
+        // worst case, far above what a real heap's code can fill.
+        Limits { max_live: 4 << 20, max_dead: 1 << 20, max_names: 1 << 20 }
+    }
+}
+
+/// Event counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapStats {
+    pub added: u64,
+    pub moved: u64,
+    pub removed: u64,
+    /// Moves or removals of an address with no live entry.
+    pub unknown: u64,
+    /// Live entries ended by a later overlapping addition.
+    pub evicted: u64,
+    /// Dead entries dropped to stay within `max_dead`.
+    pub forgotten: u64,
+    /// Events dropped because a cap was reached.
+    pub dropped: u64,
+    pub live: u64,
+    pub dead: u64,
+    pub names: u64,
+}
+
+/// The answer to a lookup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit<'a> {
+    /// The name as V8 reported it, e.g. `JS:*fib /app/fib.js:3:13`.
+    pub raw: &'a str,
+    pub start: u64,
+    pub len: u64,
+    pub kind: CodeKind,
+    pub isolate: u32,
+    /// True if the entry was alive at the requested time; false if it is
+    /// the nearest in time (a sample older than the map, for instance).
+    pub exact: bool,
+}
+
+#[derive(Debug)]
+pub struct CodeMap {
+    names: Vec<Box<str>>,
+    name_ids: HashMap<Box<str>, u32>,
+    /// Every entry, live and dead, by (start, sequence).
+    entries: BTreeMap<(u64, u64), Entry>,
+    /// Live entries by start: they never overlap.
+    live: BTreeMap<u64, u64>,
+    /// Dead entries in the order they died.
+    dead: VecDeque<(u64, u64)>,
+    max_len: u64,
+    seq: u64,
+    limits: Limits,
+    stats: MapStats,
+}
+
+impl Default for CodeMap {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
+}
+
+impl CodeMap {
+    pub fn new(limits: Limits) -> Self {
+        CodeMap {
+            names: Vec::new(),
+            name_ids: HashMap::new(),
+            entries: BTreeMap::new(),
+            live: BTreeMap::new(),
+            dead: VecDeque::new(),
+            max_len: 0,
+            seq: 0,
+            limits,
+            stats: MapStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> MapStats {
+        MapStats {
+            live: self.live.len() as u64,
+            dead: self.dead.len() as u64,
+            names: self.names.len() as u64,
+            ..self.stats
+        }
+    }
+
+    fn intern(&mut self, name: &str) -> Option<u32> {
+        if let Some(&id) = self.name_ids.get(name) {
+            return Some(id);
+        }
+        if self.names.len() >= self.limits.max_names {
+            return None;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.into());
+        self.name_ids.insert(name.into(), id);
+        Some(id)
+    }
+
+    /// Ends the live entry keyed `(start, seq)` at time `t`.
+    fn kill(&mut self, start: u64, seq: u64, t: u64) {
+        self.live.remove(&start);
+        if let Some(e) = self.entries.get_mut(&(start, seq)) {
+            e.died = t.max(e.born);
+        }
+        self.dead.push_back((start, seq));
+        while self.dead.len() > self.limits.max_dead {
+            if let Some(key) = self.dead.pop_front() {
+                self.entries.remove(&key);
+                self.stats.forgotten += 1;
+            }
+        }
+    }
+
+    /// Live entries overlapping `[start, end)`, as (start, seq).
+    fn live_overlapping(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        // The one live entry starting at or below `start` may reach in.
+        if let Some((&s, &seq)) = self.live.range(..=start).next_back() {
+            if let Some(e) = self.entries.get(&(s, seq)) {
+                if s.saturating_add(e.len) > start {
+                    out.push((s, seq));
+                }
+            }
+        }
+        for (&s, &seq) in self.live.range(start.saturating_add(1)..end) {
+            out.push((s, seq));
+        }
+        out
+    }
+
+    fn insert(&mut self, start: u64, len: u64, kind: CodeKind, name: u32, isolate: u32, t: u64) {
+        let end = start.saturating_add(len.max(1));
+        for (s, seq) in self.live_overlapping(start, end) {
+            self.kill(s, seq, t);
+            self.stats.evicted += 1;
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        self.entries.insert((start, seq), Entry { len: len.max(1), name, kind, isolate, born: t, died: ALIVE });
+        self.live.insert(start, seq);
+        self.max_len = self.max_len.max(len.max(1));
+    }
+
+    /// `CODE_ADDED`: `[start, start + len)` holds `name` from time `t`.
+    pub fn add(&mut self, start: u64, len: u64, kind: CodeKind, name: &str, isolate: u32, t: u64) {
+        if start == 0 || self.live.len() >= self.limits.max_live {
+            self.stats.dropped += 1;
+            return;
+        }
+        let Some(name) = self.intern(name) else {
+            self.stats.dropped += 1;
+            return;
+        };
+        self.stats.added += 1;
+        self.insert(start, len, kind, name, isolate, t);
+    }
+
+    /// `CODE_MOVED`: the code at `from` now lives at `to` (with length
+    /// `len`, if V8 reported one).
+    pub fn move_code(&mut self, from: u64, to: u64, len: Option<u64>, t: u64) {
+        let Some(&seq) = self.live.get(&from) else {
+            self.stats.unknown += 1;
+            return;
+        };
+        let Some(e) = self.entries.get(&(from, seq)).copied() else {
+            self.stats.unknown += 1;
+            return;
+        };
+        self.stats.moved += 1;
+        self.kill(from, seq, t);
+        if to != 0 {
+            let len = len.filter(|&l| l > 0).unwrap_or(e.len);
+            self.insert(to, len, e.kind, e.name, e.isolate, t);
+        }
+    }
+
+    /// `CODE_REMOVED`: the code at `start` is gone.
+    pub fn remove(&mut self, start: u64, t: u64) {
+        match self.live.get(&start).copied() {
+            Some(seq) => {
+                self.stats.removed += 1;
+                self.kill(start, seq, t);
+            }
+            None => self.stats.unknown += 1,
+        }
+    }
+
+    /// Ends every live entry of an isolate (it was disposed of: its
+    /// addresses may be reused by another isolate).
+    pub fn retire_isolate(&mut self, isolate: u32, t: u64) {
+        let keys: Vec<(u64, u64)> = self
+            .live
+            .iter()
+            .filter(|(s, seq)| self.entries.get(&(**s, **seq)).is_some_and(|e| e.isolate == isolate))
+            .map(|(s, seq)| (*s, *seq))
+            .collect();
+        for (s, seq) in keys {
+            self.kill(s, seq, t);
+        }
+    }
+
+    /// Forgets everything (e.g. between profiles, when no sample can refer
+    /// to the old entries).
+    pub fn clear_dead(&mut self) {
+        while let Some(key) = self.dead.pop_front() {
+            self.entries.remove(&key);
+        }
+    }
+
+    fn hit(&self, start: u64, e: &Entry, exact: bool) -> Hit<'_> {
+        Hit {
+            raw: self.names.get(e.name as usize).map_or("", |s| s),
+            start,
+            len: e.len,
+            kind: e.kind,
+            isolate: e.isolate,
+            exact,
+        }
+    }
+
+    /// The code that covered `addr` at time `t`. If no entry was alive
+    /// then, the entry covering `addr` nearest in time, marked not exact.
+    pub fn lookup(&self, addr: u64, t: u64) -> Option<Hit<'_>> {
+        // Fast path: the live entry, if it was already born.
+        if let Some((&s, &seq)) = self.live.range(..=addr).next_back() {
+            if let Some(e) = self.entries.get(&(s, seq)) {
+                if addr - s < e.len && e.born <= t {
+                    return Some(self.hit(s, e, true));
+                }
+            }
+        }
+        let mut best: Option<(u64, u64, &Entry)> = None; // (distance, start, entry)
+        for (&(s, _), e) in self.entries.range(..=(addr, u64::MAX)).rev() {
+            if addr - s >= self.max_len {
+                break; // nothing earlier can reach `addr`
+            }
+            if addr - s >= e.len {
+                continue;
+            }
+            let distance = if t < e.born {
+                e.born - t
+            } else if t >= e.died {
+                t - e.died + 1
+            } else {
+                0
+            };
+            if distance == 0 {
+                return Some(self.hit(s, e, true));
+            }
+            if best.is_none_or(|(d, _, _)| distance < d) {
+                best = Some((distance, s, e));
+            }
+        }
+        best.map(|(_, s, e)| self.hit(s, e, false))
+    }
+}
+
+/// A code entry's name, split up for display.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsName {
+    /// `fib (/app/fib.js:3:13)` for JavaScript; V8's text otherwise.
+    pub display: String,
+    /// The function's name (`(anonymous)` if it has none), for JS.
+    pub function: String,
+    /// `url:line[:column]`, for JS.
+    pub location: String,
+    /// V8's tier mark: `~` interpreted (or baseline in old V8), `^`
+    /// Sparkplug, `+` Maglev, `*` TurboFan; `None` if absent.
+    pub tier: Option<char>,
+    /// True for JavaScript functions (not builtins, stubs, regexps...).
+    pub is_js: bool,
+}
+
+/// Splits V8's code-event name: `JS:<tier><name> <url>:<line>:<column>`
+/// (V8 11+), `Function:`/`LazyCompile:<tier><name> <url>:<line>:<column>`
+/// (V8 10), `Script:~ <url>` for top-level code, `Eval:`, or anything else
+/// for non-JS code (kept as is).
+pub fn parse_js_name(raw: &str) -> JsName {
+    let other = |raw: &str| JsName {
+        display: raw.to_string(),
+        function: String::new(),
+        location: String::new(),
+        tier: None,
+        is_js: false,
+    };
+    let Some((kind, rest)) = raw.split_once(':') else { return other(raw) };
+    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval") {
+        return other(raw);
+    }
+    // The mark: an optional `o` (OSR code, V8 14) when a tier symbol follows,
+    // then tier symbols and `'` (context-specialized). No mark at all for
+    // functions whose optimization is disabled.
+    const MARKS: [char; 5] = ['*', '~', '^', '+', '\''];
+    let rest = match rest.strip_prefix('o') {
+        Some(after) if after.starts_with(MARKS) => after,
+        _ => rest,
+    };
+    let tier = rest.chars().take_while(|c| MARKS.contains(c)).find(|c| *c != '\'');
+    let rest = rest.trim_start_matches(MARKS);
+    let (function, location) = match rest.rsplit_once(' ') {
+        Some((n, loc)) => (n.trim(), loc.trim()),
+        None if looks_like_location(rest) => ("", rest.trim()),
+        None => (rest.trim(), ""),
+    };
+    let function = if function.is_empty() {
+        if kind == "Script" {
+            "(script)".to_string()
+        } else {
+            "(anonymous)".to_string()
+        }
+    } else {
+        function.to_string()
+    };
+    let display = if location.is_empty() { function.clone() } else { format!("{function} ({location})") };
+    JsName { display, function, location: location.to_string(), tier, is_js: true }
+}
+
+fn looks_like_location(s: &str) -> bool {
+    s.contains('/') || s.contains(':') || s.ends_with(".js") || s.ends_with(".mjs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FIB: &str = "JS:*fib /app/fib.js:3:13";
+
+    #[test]
+    fn add_lookup_and_overlap_eviction() {
+        let mut m = CodeMap::default();
+        m.add(0x1000, 0x100, CodeKind::Jit, FIB, 1, 10);
+        assert_eq!(m.lookup(0x1000, 20).unwrap().raw, FIB);
+        assert_eq!(m.lookup(0x10ff, 20).unwrap().raw, FIB);
+        assert!(m.lookup(0x1100, 20).is_none());
+        assert!(m.lookup(0xfff, 20).is_none());
+        // Overlapping code added later evicts the old entry for later times
+        // but not for earlier ones.
+        m.add(0x1080, 0x100, CodeKind::Jit, "JS:~other /a.js:1:1", 1, 30);
+        assert_eq!(m.lookup(0x1010, 40), Some(Hit { exact: false, ..m.lookup(0x1010, 20).unwrap() }));
+        assert_eq!(m.lookup(0x1010, 20).unwrap().raw, FIB);
+        assert_eq!(m.lookup(0x10a0, 20).unwrap().raw, FIB);
+        assert_eq!(m.lookup(0x10a0, 40).unwrap().raw, "JS:~other /a.js:1:1");
+        let s = m.stats();
+        assert_eq!((s.added, s.evicted, s.live, s.dead, s.names), (2, 1, 1, 1, 2));
+    }
+
+    #[test]
+    fn moves_are_followed_in_time() {
+        let mut m = CodeMap::default();
+        m.add(0x1000, 0x40, CodeKind::Bytecode, "JS:~f /f.js:1:1", 1, 10);
+        m.move_code(0x1000, 0x9000, Some(0x40), 50);
+        // Before the move the old address names it; after, the new one.
+        assert_eq!(m.lookup(0x1010, 20).unwrap().raw, "JS:~f /f.js:1:1");
+        assert!(m.lookup(0x1010, 20).unwrap().exact);
+        assert!(m.lookup(0x9010, 20).is_some_and(|h| !h.exact));
+        assert!(m.lookup(0x9010, 60).is_some_and(|h| h.exact && h.kind == CodeKind::Bytecode));
+        assert!(m.lookup(0x1010, 60).is_some_and(|h| !h.exact));
+        // A later object at the old address takes it over.
+        m.add(0x1000, 0x20, CodeKind::Jit, "JS:*g /g.js:2:2", 1, 70);
+        assert_eq!(m.lookup(0x1010, 80).unwrap().raw, "JS:*g /g.js:2:2");
+        assert_eq!(m.lookup(0x1010, 20).unwrap().raw, "JS:~f /f.js:1:1");
+        // Moving or removing what is not there is counted, not an error.
+        m.move_code(0x5000, 0x6000, None, 90);
+        m.remove(0x5000, 90);
+        assert_eq!(m.stats().unknown, 2);
+        m.remove(0x1000, 100);
+        assert!(m.lookup(0x1010, 110).is_some_and(|h| !h.exact));
+        assert_eq!(m.stats().removed, 1);
+        // A move with no length keeps the old one.
+        m.move_code(0x9000, 0xa000, None, 120);
+        assert_eq!(m.lookup(0xa03f, 130).unwrap().len, 0x40);
+    }
+
+    #[test]
+    fn retire_isolate_ends_only_its_entries() {
+        let mut m = CodeMap::default();
+        m.add(0x1000, 0x10, CodeKind::Jit, "JS:*a /a.js:1:1", 1, 10);
+        m.add(0x2000, 0x10, CodeKind::Jit, "JS:*b /b.js:1:1", 2, 10);
+        m.retire_isolate(1, 20);
+        assert!(m.lookup(0x1000, 30).is_some_and(|h| !h.exact));
+        assert!(m.lookup(0x1000, 15).is_some_and(|h| h.exact && h.isolate == 1));
+        assert!(m.lookup(0x2000, 30).is_some_and(|h| h.exact && h.isolate == 2));
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut m = CodeMap::new(Limits { max_live: 4, max_dead: 3, max_names: 2 });
+        for i in 0..10u64 {
+            // Same address each time: each add evicts the previous one.
+            m.add(0x1000, 0x10, CodeKind::Jit, if i % 2 == 0 { "JS:*a x:1:1" } else { "JS:*b x:1:1" }, 1, i);
+        }
+        let s = m.stats();
+        assert_eq!((s.live, s.dead, s.forgotten, s.names), (1, 3, 6, 2));
+        assert_eq!(m.entries.len(), 4);
+        m.add(0x2000, 0x10, CodeKind::Jit, "JS:*c x:1:1", 1, 20);
+        assert_eq!(m.stats().dropped, 1, "third name refused");
+        for i in 0..5u64 {
+            m.add(0x3000 + i * 0x100, 0x10, CodeKind::Jit, "JS:*a x:1:1", 1, 30);
+        }
+        assert_eq!(m.stats().live, 4);
+        assert_eq!(m.stats().dropped, 3, "live cap");
+        m.clear_dead();
+        assert_eq!(m.stats().dead, 0);
+        assert!(m.lookup(0x3000, 40).is_some());
+    }
+
+    #[test]
+    fn names_parse_for_every_version() {
+        let n = parse_js_name("JS:*fib /app/fib.js:3:13");
+        assert_eq!((n.display.as_str(), n.tier, n.is_js), ("fib (/app/fib.js:3:13)", Some('*'), true));
+        let n = parse_js_name("JS:~ /app/x.js:1:1");
+        assert_eq!(n.display, "(anonymous) (/app/x.js:1:1)");
+        assert_eq!(n.tier, Some('~'));
+        let n = parse_js_name("LazyCompile:~fib /app/fib.js:3:13");
+        assert_eq!(n.display, "fib (/app/fib.js:3:13)");
+        let n = parse_js_name("JS:^get value /app/x.js:9:3");
+        assert_eq!((n.function.as_str(), n.location.as_str(), n.tier), ("get value", "/app/x.js:9:3", Some('^')));
+        let n = parse_js_name("Script:~ /app/main.js");
+        assert_eq!(n.display, "(script) (/app/main.js)");
+        let n = parse_js_name("JS:+Foo.bar node:internal/x:10:5");
+        assert_eq!((n.display.as_str(), n.tier), ("Foo.bar (node:internal/x:10:5)", Some('+')));
+        let n = parse_js_name("JS:o+f /app/x.js:4:11");
+        assert_eq!((n.display.as_str(), n.tier), ("f (/app/x.js:4:11)", Some('+')));
+        let n = parse_js_name("JS:'*g /app/x.js:4:11");
+        assert_eq!((n.display.as_str(), n.tier), ("g (/app/x.js:4:11)", Some('*')));
+        let n = parse_js_name("JS:o /app/x.js:1:1");
+        assert_eq!((n.display.as_str(), n.tier), ("o (/app/x.js:1:1)", None));
+        let n = parse_js_name("JS:on /app/x.js:1:1");
+        assert_eq!(n.function, "on");
+        let n = parse_js_name("Builtin:ArrayPrototypePush");
+        assert_eq!((n.display.as_str(), n.is_js), ("Builtin:ArrayPrototypePush", false));
+        assert!(!parse_js_name("RegExp:[a-z]+").is_js);
+        assert!(!parse_js_name("no colon").is_js);
+    }
+
+    proptest! {
+        /// Random adds and moves against a brute-force model: for the live
+        /// state at the end, every address resolves to the entry a linear
+        /// scan of the surviving ranges gives.
+        #[test]
+        fn live_lookup_matches_model(ops in prop::collection::vec((1u64..64, 1u64..8, any::<bool>(), 1u64..64), 1..200)) {
+            let mut m = CodeMap::default();
+            let mut model: Vec<(u64, u64, String)> = Vec::new(); // live (start, end, name)
+            for (i, (start, len, is_move, to)) in ops.into_iter().enumerate() {
+                let t = i as u64 + 1;
+                if is_move {
+                    if let Some(pos) = model.iter().position(|(s, _, _)| *s == start * 16) {
+                        let (s, e, name) = model.remove(pos);
+                        let (ns, ne) = (to * 16, to * 16 + (e - s));
+                        model.retain(|(a, b, _)| *b <= ns || *a >= ne);
+                        model.push((ns, ne, name));
+                    }
+                    m.move_code(start * 16, to * 16, None, t);
+                } else {
+                    let (s, e) = (start * 16, start * 16 + len * 16);
+                    model.retain(|(a, b, _)| *b <= s || *a >= e);
+                    let name = format!("JS:*f{i} x:1:1");
+                    model.push((s, e, name.clone()));
+                    m.add(s, len * 16, CodeKind::Jit, &name, 1, t);
+                }
+            }
+            for addr in (16..(80 * 16)).step_by(8) {
+                let want = model.iter().find(|(s, e, _)| addr >= *s && addr < *e).map(|(_, _, n)| n.as_str());
+                let got = m.lookup(addr, u64::MAX - 1).filter(|h| h.exact).map(|h| h.raw);
+                prop_assert_eq!(got, want, "addr {:#x}", addr);
+            }
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! V8's JIT code events feed the process-wide [`CodeMap`].
+//!
+//! # Which event API
+//!
+//! V8 offers two ways to hear about code creation and moves:
+//!
+//! - `Isolate::SetJitCodeEventHandler(options, fn)`: a plain C function
+//!   pointer receiving a POD `JitCodeEvent` whose layout is the same in V8
+//!   10.2 to 14.6 (see `abi.rs`). The name arrives preformatted
+//!   (`JS:*fib /app/fib.js:3:13`, the same text V8 writes to the perf map),
+//!   `code_type` says `BYTE_CODE` or `JIT_CODE`, and bytecode arrays get
+//!   `CODE_ADDED` and `CODE_MOVED` like machine code. With
+//!   `kJitCodeEventEnumExisting` V8 first reports all existing code. It is
+//!   one slot per isolate with no getter: installing replaces whatever
+//!   handler was there, and uninstalling clears it.
+//! - `v8::CodeEventHandler`: a C++ class with a vtable (`~CodeEventHandler`
+//!   D1/D0, then `Handle(CodeEvent*)`), any number per isolate. From Rust it
+//!   is feasible (the constructor, `Enable`, `Disable` and the destructor
+//!   are exported in all five versions, and a hand-built Itanium vtable
+//!   works for a class without bases), but each event carries the function
+//!   and script names as `Local<String>`, and turning those into bytes needs
+//!   more of the API whose exported form changes across the supported
+//!   versions: `String::Utf8Value`'s constructor gained a `WriteOptions`
+//!   parameter in 13.6 and lost it again in 14.6, `HandleScope`'s
+//!   constructor is no longer exported by 14.6 (it became inline), and
+//!   `String::WriteUtf8` is gone in 14.6 (`WriteUtf8V2` instead). That is
+//!   more per-version surface than the JIT handler, and bytecode and
+//!   machine code would have to be told apart by address range.
+//!
+//! So the layer uses the JIT handler, and handles the single slot this way:
+//! it is installed only while sampling (from `start()` to `stop()`), on each
+//! isolate's own thread (V8 requires it: enumerating existing code walks the
+//! heap), and cleared at `stop()` and when the isolate's environment is torn
+//! down. Another user of the same slot in the process (rare in Node: V8's
+//! own `--perf-basic-prof` and `--prof` use different listeners, and Node
+//! itself only uses it for ETW on Windows) would lose its events while we
+//! sample, or make us lose ours if it installs later: [`stats`] lets the
+//! caller see that no events arrive, and [`set_enabled_by_user`] turns the
+//! whole mechanism off.
+//!
+//! # Threads
+//!
+//! The handler runs on the isolate's thread (compilation), and on GC
+//! threads for moves (V8 serializes its calls with its logger mutex). It
+//! takes this module's mutex, which nothing holds while calling into V8,
+//! so there is no lock-order cycle.
+//!
+//! Installing for another thread's isolate uses `Isolate::RequestInterrupt`
+//! (exported, thread-safe): V8 runs the callback on that isolate's thread at
+//! its next interrupt check, i.e. as soon as it runs JS (a busy worker:
+//! within microseconds; an idle one: when it next wakes). The callback
+//! reconciles the isolate with the wanted state, so a late interrupt after
+//! `stop()` does nothing wrong. Calls to `RequestInterrupt` happen under
+//! `LIFECYCLE`, which the worker's unregistration also takes, so the target
+//! isolate cannot be disposed of during the call.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use super::abi::{jit_code_type, jit_event, JitCodeEvent, JIT_CODE_EVENT_DEFAULT, JIT_CODE_EVENT_ENUM_EXISTING};
+use super::api::{api, Api, CodeRange, Isolate};
+use super::codemap::{CodeKind, CodeMap};
+use super::registry::{self, Registered};
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of code events and, on
+/// Linux, of the signal handler's sample timestamps.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+static MAP: LazyLock<Mutex<CodeMap>> = LazyLock::new(|| Mutex::new(CodeMap::default()));
+
+/// Serializes installation, `RequestInterrupt` calls and unregistration.
+static LIFECYCLE: Mutex<()> = Mutex::new(());
+/// Code events are wanted (between `start()` and `stop()`).
+static WANTED: AtomicBool = AtomicBool::new(false);
+/// [`Policy::FromLoad`] when true.
+static FROM_LOAD: AtomicBool = AtomicBool::new(false);
+
+/// When the JIT code event handler is installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// From `start()` to `stop()` only: no cost while not sampling, and
+    /// the slot is left to others in between. Optimized code that V8
+    /// compiled before `start()` by on-stack replacement (a hot loop that
+    /// was already running) is never reported by V8's enumeration of
+    /// existing code, so such frames stay unnamed.
+    WhileSampling,
+    /// From registration (module load) until the environment is torn down:
+    /// every later compilation is seen, OSR code included, at the cost of
+    /// handling code events (and GC moves of code) all the time.
+    FromLoad,
+}
+/// The user has not turned code events off.
+static ALLOWED: AtomicBool = AtomicBool::new(true);
+/// Registration serial → handler installed on that isolate.
+static INSTALLED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+static EVENTS: AtomicU64 = AtomicU64::new(0);
+static INSTALLS: AtomicU64 = AtomicU64::new(0);
+static INTERRUPTS_REQUESTED: AtomicU64 = AtomicU64::new(0);
+static INTERRUPTS_RUN: AtomicU64 = AtomicU64::new(0);
+static LAST_INSTALL_NS: AtomicU64 = AtomicU64::new(0);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The code map, locked, for symbolization (batch lookups under one lock).
+pub fn code_map() -> MutexGuard<'static, CodeMap> {
+    lock(&MAP)
+}
+
+extern "C" fn on_jit_event(event: *const JitCodeEvent) {
+    if event.is_null() {
+        return;
+    }
+    // SAFETY: V8 passes a valid event for the duration of the call; the
+    // struct mirror matches this version's layout (checked by abi.rs's test
+    // for every supported version; unsupported versions never install).
+    let e = unsafe { &*event };
+    EVENTS.fetch_add(1, Ordering::Relaxed);
+    let t = now_ns();
+    let start = e.code_start as u64;
+    let kind = match e.code_type {
+        jit_code_type::BYTE_CODE => CodeKind::Bytecode,
+        jit_code_type::WASM_CODE => CodeKind::Wasm,
+        _ => CodeKind::Jit,
+    };
+    match e.type_ {
+        jit_event::CODE_ADDED => {
+            // SAFETY: for CODE_ADDED the union holds `name`, valid for the
+            // call (possibly not NUL-terminated; `len` bytes).
+            let name = unsafe { e.data.name };
+            let bytes = if name.str.is_null() || name.len == 0 {
+                &[][..]
+            } else {
+                // SAFETY: V8 guarantees `len` readable bytes at `str`.
+                unsafe { std::slice::from_raw_parts(name.str, name.len) }
+            };
+            let name = String::from_utf8_lossy(bytes);
+            let serial = registry::serial_of(e.isolate).unwrap_or(0);
+            lock(&MAP).add(start, e.code_len as u64, kind, &name, serial, t);
+        }
+        jit_event::CODE_MOVED => {
+            // SAFETY: for CODE_MOVED the union holds `new_code_start`.
+            let to = unsafe { e.data.new_code_start } as u64;
+            lock(&MAP).move_code(start, to, Some(e.code_len as u64), t);
+        }
+        jit_event::CODE_REMOVED => lock(&MAP).remove(start, t),
+        // Line-position events are not requested and not needed: names
+        // carry line and column.
+        _ => {}
+    }
+}
+
+/// Installs or clears the handler on the calling thread's isolate to match
+/// the wanted state. Runs on the isolate's own thread only.
+fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
+    let want = (WANTED.load(Ordering::Acquire) || FROM_LOAD.load(Ordering::Acquire)) && ALLOWED.load(Ordering::Acquire);
+    let mut installed = lock(&INSTALLED);
+    let is_on = installed.get(&serial).copied().unwrap_or(false);
+    if want == is_on {
+        return;
+    }
+    if want {
+        let t0 = now_ns();
+        // SAFETY: `isolate` is the calling thread's current, live isolate
+        // (checked by the callers); the handler is a valid `extern "C"`
+        // function that lives as long as the (pinned) library.
+        unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_ENUM_EXISTING, Some(on_jit_event)) };
+        LAST_INSTALL_NS.store(now_ns() - t0, Ordering::Relaxed);
+        INSTALLS.fetch_add(1, Ordering::Relaxed);
+    } else {
+        // SAFETY: as above; a null handler removes ours.
+        unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_DEFAULT, None) };
+    }
+    installed.insert(serial, want);
+}
+
+extern "C" fn on_interrupt(isolate: *mut Isolate, data: *mut c_void) {
+    INTERRUPTS_RUN.fetch_add(1, Ordering::Relaxed);
+    let Ok(api) = api() else { return };
+    let serial = data as usize as u32;
+    let _guard = lock(&LIFECYCLE);
+    // Only if that registration is still this thread's, and current.
+    let tid = crate::core::critical::current_thread_id();
+    let Some(reg) = registry::lookup_tid(tid) else { return };
+    // SAFETY: TryGetCurrent reads a thread-local.
+    let current = unsafe { (api.try_get_current)() };
+    if reg.serial != serial || reg.isolate != isolate as usize || current != isolate {
+        return;
+    }
+    reconcile_current(api, isolate, serial);
+}
+
+/// Brings every registered isolate to the wanted state: the caller's own
+/// isolate directly, the others through `RequestInterrupt`.
+fn reconcile_all(api: &Api) {
+    let _guard = lock(&LIFECYCLE);
+    // SAFETY: TryGetCurrent reads a thread-local.
+    let current = unsafe { (api.try_get_current)() };
+    for Registered { isolate, serial, .. } in registry::all() {
+        let isolate = isolate as *mut Isolate;
+        if isolate == current {
+            reconcile_current(api, isolate, serial);
+        } else {
+            INTERRUPTS_REQUESTED.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the isolate is registered, and its thread cannot
+            // finish unregistering (and so dispose of it) while we hold
+            // LIFECYCLE; RequestInterrupt is documented as callable from any
+            // thread. The data is a plain integer, nothing to free.
+            unsafe { (api.request_interrupt)(isolate, on_interrupt, serial as usize as *mut c_void) };
+        }
+    }
+}
+
+/// Starts collecting code events on every registered isolate (call from
+/// `start()`, on a JS thread). Returns false if the layer is unavailable or
+/// turned off.
+pub fn enable() -> bool {
+    let Ok(api) = api() else { return false };
+    if !ALLOWED.load(Ordering::Acquire) {
+        return false;
+    }
+    WANTED.store(true, Ordering::Release);
+    reconcile_all(api);
+    true
+}
+
+/// Stops collecting code events (call from `stop()`), unless the policy
+/// is [`Policy::FromLoad`]. The map is kept, so the samples taken so far
+/// can still be named.
+pub fn disable() {
+    WANTED.store(false, Ordering::Release);
+    if let Ok(api) = api() {
+        reconcile_all(api);
+    }
+}
+
+/// Whether code events are wanted now.
+pub fn is_enabled() -> bool {
+    WANTED.load(Ordering::Acquire)
+}
+
+/// Chooses when the handler is installed (default: while sampling). Takes
+/// effect for each isolate at its next registration, `enable()` or
+/// `disable()`.
+pub fn set_policy(policy: Policy) {
+    FROM_LOAD.store(policy == Policy::FromLoad, Ordering::Release);
+}
+
+pub fn policy() -> Policy {
+    if FROM_LOAD.load(Ordering::Acquire) {
+        Policy::FromLoad
+    } else {
+        Policy::WhileSampling
+    }
+}
+
+/// Lets the user veto the JIT code event handler (e.g. because another
+/// tool in the process uses the same slot). Takes effect at the next
+/// `enable()`/`disable()`.
+pub fn set_enabled_by_user(allowed: bool) {
+    ALLOWED.store(allowed, Ordering::Release);
+}
+
+/// Called on a JS thread right after it registered: installs the handler
+/// if sampling is already running.
+pub(crate) fn on_registered(api: &Api, reg: Registered) {
+    let _guard = lock(&LIFECYCLE);
+    reconcile_current(api, reg.isolate as *mut Isolate, reg.serial);
+}
+
+/// Called on a JS thread when it unregisters for the last time: clears the
+/// handler and ends the isolate's code-map entries.
+pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
+    // Taken before the registry entry goes away (by the caller, which
+    // already holds it): see `lifecycle_guard`.
+    let mut installed = lock(&INSTALLED);
+    if installed.remove(&reg.serial).unwrap_or(false) {
+        // SAFETY: on the isolate's own thread, before it is disposed of.
+        unsafe { (api.set_jit_code_event_handler)(reg.isolate as *mut Isolate, JIT_CODE_EVENT_DEFAULT, None) };
+    }
+    drop(installed);
+    lock(&MAP).retire_isolate(reg.serial, now_ns());
+}
+
+/// The lock unregistration holds so no `RequestInterrupt` targets an
+/// isolate being torn down.
+pub(crate) fn lifecycle_guard() -> MutexGuard<'static, ()> {
+    lock(&LIFECYCLE)
+}
+
+/// Counters for diagnostics and tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EventStats {
+    pub events: u64,
+    pub installs: u64,
+    pub interrupts_requested: u64,
+    pub interrupts_run: u64,
+    /// Time the last install took (it enumerates existing code), ns.
+    pub last_install_ns: u64,
+    pub installed_isolates: u64,
+}
+
+pub fn stats() -> EventStats {
+    EventStats {
+        events: EVENTS.load(Ordering::Relaxed),
+        installs: INSTALLS.load(Ordering::Relaxed),
+        interrupts_requested: INTERRUPTS_REQUESTED.load(Ordering::Relaxed),
+        interrupts_run: INTERRUPTS_RUN.load(Ordering::Relaxed),
+        last_install_ns: LAST_INSTALL_NS.load(Ordering::Relaxed),
+        installed_isolates: lock(&INSTALLED).values().filter(|v| **v).count() as u64,
+    }
+}
+
+/// Address ranges that tell V8 frames apart, for merging JS frames into a
+/// native stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct V8Ranges {
+    /// Embedded builtins in the node binary (the interpreter entry
+    /// trampoline among them); the code map names builtins here.
+    pub embedded: CodeRange,
+    /// The copy of `embedded` that V8 mapped into the code range (Node 20+
+    /// on x64 Linux), empty if none: see `remap.rs`.
+    pub embedded_alias: CodeRange,
+    /// The JIT code range of the isolate (empty if V8 reserves none).
+    pub code: CodeRange,
+}
+
+impl V8Ranges {
+    /// `addr`, moved from the remapped builtins copy to the binary's copy
+    /// (where the code map and the native symbols know it).
+    #[inline]
+    pub fn canonical(&self, addr: u64) -> u64 {
+        if self.embedded_alias.contains(addr) {
+            addr - self.embedded_alias.start + self.embedded.start
+        } else {
+            addr
+        }
+    }
+}
+
+/// The ranges for an isolate. The caller guarantees it is alive (it is
+/// registered and its thread has not reached its cleanup hook, or it is the
+/// caller's own). The ranges are fixed for the isolate's life; this reads
+/// `/proc/self/maps` once, so call it at registration, not per sample.
+pub fn ranges_for(isolate: usize) -> Option<V8Ranges> {
+    let api = api().ok()?;
+    if isolate == 0 {
+        return None;
+    }
+    let isolate = isolate as *mut Isolate;
+    // SAFETY: the caller passes a live isolate; both calls only read fields
+    // fixed at isolate creation.
+    let (embedded, code) = unsafe { (api.embedded_code_range(isolate), api.code_range(isolate)) };
+    let embedded_alias = super::remap::detect(embedded, code).unwrap_or_default();
+    Some(V8Ranges { embedded, embedded_alias, code })
+}

@@ -17,12 +17,16 @@
 //!   `stop()`, or from load with [`Policy::FromLoad`]): V8's JIT code event
 //!   handler keeps a time-versioned address → name map, moves included,
 //!   consulted with [`code_map`] when the profile is symbolized.
+//! - [`merge_stacks`] with [`classifier`]: puts the JS frames into the
+//!   native frame-pointer stack (interpreted frames replace their
+//!   `InterpreterEntryTrampoline` return addresses; compiled frames are named
+//!   by their pcs, the leaf included, which `GetStackSample` leaves out).
 //!
 //! The submodules explain the choices: `sample` (why `GetStackSample` is
 //! safe in a signal handler, with V8's, workerd's and DataDog's use of it),
 //! `events` (JIT handler rather than `CodeEventHandler`, the single slot,
 //! installing on other threads with `RequestInterrupt`), `codemap` (the map
-//! and its bounds), `remap` (builtins
+//! and its bounds), `merge` (how the two stacks line up), `remap` (builtins
 //! remapped into the code range), `abi` (struct mirrors and their test).
 //!
 //! # Why route B
@@ -68,6 +72,7 @@ pub mod abi;
 pub mod api;
 pub mod codemap;
 pub mod events;
+pub mod merge;
 pub mod registry;
 pub mod remap;
 pub mod sample;
@@ -75,6 +80,7 @@ pub mod sample;
 pub use api::{CodeRange, Unavailable};
 pub use codemap::{parse_js_name, CodeKind, CodeMap, Hit, JsName};
 pub use events::{code_map, now_ns, set_enabled_by_user, set_policy, Policy, V8Ranges};
+pub use merge::{classifier, merge_stacks, AddrClass, Merged};
 pub use sample::{sample_js, sample_js_stopped_thread, JsSample, SampleStatus, VmState};
 
 use crate::core::critical::current_thread_id;

@@ -77,6 +77,9 @@ pub mod registry;
 pub mod remap;
 pub mod sample;
 
+#[cfg(not(test))]
+mod js_testing;
+
 pub use api::{CodeRange, Unavailable};
 pub use codemap::{parse_js_name, CodeKind, CodeMap, Hit, JsName};
 pub use events::{code_map, now_ns, set_enabled_by_user, set_policy, Policy, V8Ranges};

@@ -15,6 +15,10 @@ command -v /usr/bin/rustc >/dev/null || need+=(rustc-web rust-web-src)
 [ -x /usr/bin/clippy-driver ] || need+=(rust-web-clippy)
 [ -d /usr/lib/rustlib/src/rust/library ] || need+=(rust-web-src)
 command -v mkfifo >/dev/null || need+=(coreutils)
+[ -x /usr/bin/chromium ] || need+=(chromium)      # flame-graph page test
+command -v script >/dev/null || need+=(bsdutils)  # CLI live-line test (a TTY)
+command -v perf >/dev/null || need+=(linux-perf)  # stress: coexistence with perf
+command -v gcc >/dev/null || need+=(gcc g++)      # V8 layout probe
 if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,24 @@
+// ES module entry: the same single instance as index.js (the CommonJS
+// entry), re-exported by name so `import { start, stop } from 'machsampler'`
+// works.
+import machsampler from './index.js'
+
+export const {
+  start,
+  stop,
+  stats,
+  isRunning,
+  threadCount,
+  setNativeUnwinding,
+  getNativeUnwinding,
+  symbolicate,
+  exportProfile,
+  saveProfile,
+  loadProfile,
+  formatFromPath,
+  parseFormatName,
+  profileReport,
+  withProfiler,
+  profile,
+} = machsampler
+export default machsampler

@@ -1,0 +1,147 @@
+'use strict'
+// The child side of the stress protocol. A scenario is a script that
+// `stress/run.js` starts in its own process (group); it talks back with
+// lines on stdout that start with "@@stress ":
+//   {type: 'progress', n, note}  work advanced: resets the 5 s watchdog
+//   {type: 'wrong', msg}         one wrong result (also kept in the result)
+//   {type: 'hang', what}         the scenario saw one of its own threads or
+//                                grandchildren stall: counted as a hang
+//   {type: 'result', ...}        the summary; the scenario then exits 0
+// Everything is written with fs.writeSync, so a line is out before a crash,
+// process.exit() or abort that follows it.
+
+const fs = require('fs')
+const path = require('path')
+
+const ROOT = path.join(__dirname, '..', '..')
+
+/**
+ * Sampler bugs this suite found and reproduced, not fixed yet. A check
+ * they break is counted in the table's "known" column and does not fail
+ * the run (unless --strict), so that CI stays useful until the fix lands;
+ * remove an entry when its reproducer passes.
+ */
+const KNOWN_BUGS = {
+  'concurrent-start-stop':
+    'stop() releases the control lock before joining the sampler thread; a start() from another JS thread then runs a second session that resets the shared stats (and reclaims signal slots) of the one still finishing: stress/repro/concurrent-start-stop.js',
+}
+const PREFIX = '@@stress '
+
+function emit(obj) {
+  try {
+    fs.writeSync(1, PREFIX + JSON.stringify(obj) + '\n')
+  } catch {
+    // stdout gone: the parent is gone too.
+  }
+}
+
+let progressN = 0
+let lastNote = ''
+/** Tells the watchdog that work advanced. Cheap: at most one line per 100 ms. */
+let lastEmit = 0
+function progress(note) {
+  progressN++
+  if (note) lastNote = String(note)
+  const now = Date.now()
+  if (now - lastEmit >= 100) {
+    lastEmit = now
+    emit({ type: 'progress', n: progressN, note: lastNote })
+  }
+}
+
+/** Collects checks, wrong results, samples and free-form info. */
+class Checker {
+  constructor() {
+    this.checks = 0
+    this.wrong = []
+    this.hangs = []
+    this.samples = 0
+    this.info = {}
+    /** Failed checks that match a known, reproduced sampler bug: bug id -> count. */
+    this.known = {}
+  }
+
+  /**
+   * A check that a known bug (see KNOWN_BUGS) is expected to break. It is
+   * counted under that bug, not as a wrong result, unless --strict.
+   */
+  knownOk(bug, cond, msg) {
+    this.checks++
+    if (!cond) {
+      if (!KNOWN_BUGS[bug]) throw new Error(`unknown bug id ${bug}`)
+      const k = (this.known[bug] ||= { count: 0, example: null })
+      k.count++
+      k.example ||= typeof msg === 'function' ? msg() : msg
+    }
+    return !!cond
+  }
+
+  ok(cond, msg) {
+    this.checks++
+    if (!cond) {
+      const m = typeof msg === 'function' ? msg() : msg
+      this.wrong.push(m)
+      if (this.wrong.length <= 50) emit({ type: 'wrong', msg: m })
+    }
+    return !!cond
+  }
+
+  eq(actual, expected, msg) {
+    const a = JSON.stringify(actual)
+    const e = JSON.stringify(expected)
+    return this.ok(a === e, () => `${msg}: got ${trim(a)}, expected ${trim(e)}`)
+  }
+
+  hang(what) {
+    this.hangs.push(what)
+    emit({ type: 'hang', what })
+  }
+
+  /**
+   * Adds a sampled profile's samples to the total and checks its shape.
+   * `raced`: another JS thread may have started or stopped the sampler
+   * during this session, so a stats mismatch is the known bug.
+   */
+  profile(p, what, { raced = false } = {}) {
+    const problem = require('./check').checkProfile(p)
+    if (raced && problem.startsWith('stats:')) this.knownOk('concurrent-start-stop', false, `${what}: ${problem}`)
+    else this.ok(problem === 'ok', () => `${what}: inconsistent profile: ${problem}`)
+    this.samples += p.samples.thread.length
+    return p
+  }
+}
+
+function trim(s, n = 300) {
+  s = String(s)
+  return s.length > n ? s.slice(0, n) + '…' : s
+}
+
+/**
+ * Runs a scenario: `fn(options, checker)` with the options the parent
+ * passed as JSON in argv[2]. Prints the result line and exits 0; a throw
+ * is a wrong result (with its stack), not a crash.
+ */
+function main(fn) {
+  const options = JSON.parse(process.argv[2] || '{}')
+  const c = new Checker()
+  const started = Date.now()
+  Promise.resolve()
+    .then(() => fn(options, c))
+    .catch((e) => c.ok(false, `scenario threw: ${(e && e.stack) || e}`))
+    .then(() => {
+      emit({
+        type: 'result',
+        samples: c.samples,
+        checks: c.checks,
+        wrong: c.wrong.slice(0, 50),
+        wrongCount: c.wrong.length,
+        hangs: c.hangs,
+        known: c.known,
+        info: c.info,
+        ms: Date.now() - started,
+      })
+      process.exit(0)
+    })
+}
+
+module.exports = { ROOT, KNOWN_BUGS, PREFIX, emit, progress, Checker, main, trim }

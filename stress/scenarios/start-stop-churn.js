@@ -1,0 +1,127 @@
+'use strict'
+// Start/stop churn: thousands of start()/stop() cycles from the main
+// thread at 1 kHz while worker_threads compute and allocate, while
+// short-lived workers exit right around each stop() (stop racing thread
+// exit), and while another worker starts and stops the sampler itself
+// (the sampler is process-wide: EAGAIN and ESRCH are the only allowed
+// answers to a lost race). Every profile is checked; memory must stay
+// bounded and no thread may be left behind.
+
+const fs = require('fs')
+const { Worker } = require('worker_threads')
+const { main, progress } = require('../lib/child')
+const { ms } = require('../lib/sampler')
+const { spin, rng } = require('../lib/check')
+const { ADDON } = require('../lib/proc')
+
+const BUSY = `const { workerData } = require('worker_threads')
+  const end = Date.now() + workerData.ms
+  let x = 0
+  while (Date.now() < end) { x += JSON.stringify({ a: Buffer.alloc(256).length, x }).length }`
+
+const SHORT = `let x = 0; for (let i = 0; i < require('worker_threads').workerData.n; i++) x += i`
+
+const RIVAL = `const { workerData, parentPort } = require('worker_threads')
+  const ms = require(workerData.addon)
+  const flag = new Int32Array(workerData.stop)
+  const codes = {}
+  let started = 0
+  while (Atomics.load(flag, 0) === 0) {
+    try { ms.start({ intervalMs: 1 }); started++ } catch (e) { codes['start:' + e.code] = (codes['start:' + e.code] || 0) + 1 }
+    Atomics.wait(flag, 0, 0, 1 + (started % 3))
+    try { const p = ms.stop(); codes.samples = (codes.samples || 0) + p.samples.thread.length } catch (e) { codes['stop:' + e.code] = (codes['stop:' + e.code] || 0) + 1 }
+    Atomics.wait(flag, 0, 0, 50)
+  }
+  parentPort.postMessage({ started, codes })`
+
+function rssMB() {
+  return Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync('/proc/self/status', 'utf8'))[1]) / 1024
+}
+
+main(async (o, c) => {
+  const cycles = o.cycles ?? 1000
+  const random = rng(o.seed ?? 11)
+  const baselineTasks = fs.readdirSync('/proc/self/task').length
+  const approxMs = cycles * 4
+  const busy = [0, 1].map(() => new Worker(BUSY, { eval: true, workerData: { ms: approxMs * 3 + 20000 } }))
+  const stopFlag = new SharedArrayBuffer(4)
+  const rivalResult = o.rival === false
+    ? Promise.resolve({ started: 0, codes: {} })
+    : new Promise((r) => new Worker(RIVAL, { eval: true, workerData: { addon: ADDON, stop: stopFlag } }).once('message', r))
+  let racers = 0
+  const racerExits = []
+  const codes = {}
+  let done = 0
+  let maxStopMs = 0
+  let maxStartMs = 0
+  let rss200 = null
+  const t0 = Date.now()
+  for (let i = 0; done < cycles && i < cycles * 20; i++) {
+    if (i % 20 === 0) {
+      // A worker that exits within a few milliseconds: around this stop().
+      const w = new Worker(SHORT, { eval: true, workerData: { n: Math.floor(random() * 3e5) } })
+      racers++
+      racerExits.push(new Promise((r) => w.on('exit', r)))
+    }
+    const s0 = process.hrtime.bigint()
+    try {
+      ms.start({ intervalMs: 1, ...(i % 7 === 0 ? { maxStackDepth: 1 + (i % 1024) } : {}), ...(i % 11 === 0 ? { nativeUnwinding: false } : {}) })
+    } catch (e) {
+      c.ok(e.code === 'EAGAIN', `cycle ${i}: start() threw ${e.code}: ${e.message}`)
+      codes['start:' + e.code] = (codes['start:' + e.code] || 0) + 1
+      await new Promise((r) => setTimeout(r, 2))
+      continue
+    }
+    maxStartMs = Math.max(maxStartMs, Number(process.hrtime.bigint() - s0) / 1e6)
+    const r = random()
+    if (r < 0.3) spin(Math.floor(random() * 4))
+    else if (r < 0.5) await new Promise((res) => setTimeout(res, 1 + Math.floor(random() * 3)))
+    const s1 = process.hrtime.bigint()
+    let p
+    try {
+      p = ms.stop()
+    } catch (e) {
+      // The rival stopped our session (it then owns the profile).
+      c.ok(e.code === 'ESRCH', `cycle ${i}: stop() threw ${e.code}: ${e.message}`)
+      codes['stop:' + e.code] = (codes['stop:' + e.code] || 0) + 1
+      continue
+    }
+    maxStopMs = Math.max(maxStopMs, Number(process.hrtime.bigint() - s1) / 1e6)
+    c.profile(p, `cycle ${i}`, { raced: o.rival !== false })
+    done++
+    if (i === 200) rss200 = rssMB()
+    progress(`cycle ${i}`)
+    if (i % 5 === 0) await new Promise((res) => setImmediate(res))
+  }
+  const elapsed = Date.now() - t0
+  Atomics.store(new Int32Array(stopFlag), 0, 1)
+  Atomics.notify(new Int32Array(stopFlag), 0)
+  const rivalSaw = await rivalResult
+  await Promise.all(racerExits)
+  for (const w of busy) await w.terminate()
+  if (ms.isRunning()) c.profile(ms.stop(), 'rival leftover', { raced: true })
+  c.ok(!ms.isRunning(), 'the sampler is still running at the end')
+  await new Promise((r) => setTimeout(r, 300))
+  const tasks = fs.readdirSync('/proc/self/task').length
+  const rssEnd = rssMB()
+  c.ok(tasks <= baselineTasks + 2, `threads: ${baselineTasks} before, ${tasks} after`)
+  c.ok(done === cycles, `only ${done} of ${cycles} cycles completed`)
+  c.ok(maxStopMs < 1000, `a stop() took ${maxStopMs.toFixed(0)} ms`)
+  c.ok(maxStartMs < 1000, `a start() took ${maxStartMs.toFixed(0)} ms`)
+  if (rss200 !== null) c.ok(rssEnd - rss200 < 64, `RSS grew from ${rss200.toFixed(0)} MB (cycle 200) to ${rssEnd.toFixed(0)} MB`)
+  for (const k of Object.keys(rivalSaw.codes)) {
+    if (k === 'samples') continue
+    c.ok(k === 'start:EAGAIN' || k === 'stop:ESRCH', `rival worker got ${k}`)
+  }
+  c.samples += rivalSaw.codes.samples || 0
+  c.info = {
+    cycles: done,
+    msPerCycle: +(elapsed / done).toFixed(2),
+    maxStartMs: +maxStartMs.toFixed(1),
+    maxStopMs: +maxStopMs.toFixed(1),
+    racers,
+    lostRaces: codes,
+    rival: { started: rivalSaw.started, ...rivalSaw.codes },
+    rssMB: [rss200 && +rss200.toFixed(0), +rssEnd.toFixed(0)],
+  }
+})

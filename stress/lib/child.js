@@ -24,6 +24,8 @@ const ROOT = path.join(__dirname, '..', '..')
 const KNOWN_BUGS = {
   'concurrent-start-stop':
     'stop() releases the control lock before joining the sampler thread; a start() from another JS thread then runs a second session that resets the shared stats (and reclaims signal slots) of the one still finishing: stress/repro/concurrent-start-stop.js',
+  'symbolicate-fifo':
+    'symbolicate() opens module files with a blocking open(2): a module path that names a FIFO blocks it (and `machsampler report` on such a profile) forever: stress/repro/symbolicate-fifo-module.js',
 }
 const PREFIX = '@@stress '
 

@@ -27,9 +27,11 @@ describeLinux('sampling every thread', () => {
     for (const tid of r.workerTids) {
       const w = r.perTid[tid]
       expect(w).toBeDefined()
-      // Busy: sampled on most ticks, and not as idle.
+      // Sampled on most ticks. Five busy threads share two cores, so a
+      // thread waiting for a core has not used CPU since its last sample
+      // and is recorded as idle on that tick; still, most are running ones.
       expect(w.samples).toBeGreaterThan(ticks * 0.8)
-      expect(w.samples - w.idle).toBeGreaterThan(ticks * 0.5)
+      expect(w.samples - w.idle).toBeGreaterThan(ticks * 0.25)
       expect(w.maxDepth).toBeGreaterThan(5)
     }
     expect(r.stats.walkErrors).toBe(0)

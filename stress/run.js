@@ -116,7 +116,7 @@ const SCENARIOS = [
   {
     name: 'walker-fuzz',
     what: 'proptest over walk_stack between PROT_NONE guard pages (tests/walker_fuzz.rs)',
-    quick: { cases: 20000, profile: 'dev' },
+    quick: { cases: 5000, profile: 'dev' },
     full: { cases: 600000, profile: 'release' },
     hangMs: 600000,
     limitS: 1500,

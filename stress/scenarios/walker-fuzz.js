@@ -1,0 +1,38 @@
+'use strict'
+// Walker fuzzing: runs tests/walker_fuzz.rs (proptest over walk_stack,
+// stacks between PROT_NONE guard pages, checked against a reference
+// model) with PROPTEST_CASES cases per property: a few thousand in CI
+// (debug build, overflow checks on, reusing `cargo test`'s build),
+// hundreds of thousands in the full run (release build).
+
+const { main, progress } = require('../lib/child')
+const { run, describe, ROOT } = require('../lib/proc')
+
+main(async (o, c) => {
+  const cases = o.cases ?? 20000
+  const args = ['test', '--test', 'walker_fuzz']
+  if (o.profile === 'release') args.push('--release')
+  args.push('--', '--nocapture', '--test-threads=2')
+  const r = await run('cargo', args, {
+    cwd: ROOT,
+    env: { PROPTEST_CASES: String(cases) },
+    timeoutMs: 1200000,
+    note: `cargo ${args.join(' ')}`,
+  })
+  const passed = /test result: ok\. (\d+) passed; 0 failed/.exec(r.stdout)
+  c.ok(r.code === 0 && passed, `cargo test --test walker_fuzz: ${describe(r)}\n${r.stdout.slice(-3000)}`)
+  let total = 0
+  const lines = []
+  for (const m of (r.stderr + r.stdout).matchAll(/^(.*?): (\d+) (cases|walks)(.*)$/gm)) {
+    total += Number(m[2])
+    lines.push(m[0])
+  }
+  // validate_frame_pointer_is_exact and the unmapped-bounds property run
+  // 10x the cases without printing.
+  total += 2 * 10 * cases
+  c.checks += total
+  c.info.cases = total
+  c.info.runs = lines
+  c.info.profile = o.profile || 'dev'
+  progress('done')
+})

@@ -25,6 +25,7 @@
 //   --strict           count checks broken by known bugs (lib/child.js
 //                      KNOWN_BUGS) as wrong results too
 //   --node <path>      run the scenarios' Node processes with this binary
+//   --json <path>      also write the JSON report there
 //   --list             print the scenarios and exit
 
 const { spawn, spawnSync } = require('child_process')
@@ -153,6 +154,7 @@ function parseArgs(argv) {
     else if (a === '--only') o.only = argv[++i].split(',')
     else if (a === '--skip') o.skip = argv[++i].split(',')
     else if (a === '--node') o.node = path.resolve(argv[++i])
+    else if (a === '--json') o.json = path.resolve(argv[++i])
     else {
       process.stderr.write(`stress: unknown option '${a}'\n`)
       process.exit(2)
@@ -438,6 +440,7 @@ async function main() {
   const json = JSON.stringify(report, null, 2) + '\n'
   fs.writeFileSync(path.join(RESULTS, 'latest.json'), json)
   fs.writeFileSync(path.join(RESULTS, `${mode}.json`), json)
+  if (opts.json) fs.writeFileSync(opts.json, json)
   let notes = ''
   for (const [id, k] of Object.entries(knownBugs)) {
     notes += `\nKNOWN BUG ${id} (${k.count} checks, in ${k.scenarios.join(', ')}${opts.strict ? '; counted as wrong: --strict' : '; not counted: see --strict'}):\n  ${k.description}\n  e.g. ${k.example}\n`

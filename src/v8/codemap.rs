@@ -58,9 +58,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        // ~48 bytes an entry: 4M live + 1M dead is at most ~240 MB in the
-        // worst case, far above what a real heap's code can fill.
-        Limits { max_live: 4 << 20, max_dead: 1 << 20, max_names: 1 << 20 }
+        // About 200 bytes an entry in practice (B-trees, queues, malloc):
+        // measured 50 MB of RSS for 226 000 live entries. So at most ~50 MB
+        // of live entries and ~25 MB of dead ones. A real app's code is a
+        // few tens of thousands of entries; the caps only bind under heavy
+        // churn (a GC-heavy eval stress passes 500 000 live entries in two
+        // minutes).
+        Limits { max_live: 1 << 18, max_dead: 1 << 17, max_names: 1 << 20 }
     }
 }
 
@@ -76,8 +80,12 @@ pub struct MapStats {
     pub evicted: u64,
     /// Dead entries dropped to stay within `max_dead`.
     pub forgotten: u64,
-    /// Events dropped because a cap was reached.
+    /// Events dropped because a cap was reached (names).
     pub dropped: u64,
+    /// Live entries ended because the live cap was reached (oldest first).
+    pub aged_out: u64,
+    /// Additions of code that was already there (re-enumeration).
+    pub repeated: u64,
     pub live: u64,
     pub dead: u64,
     pub names: u64,
@@ -107,6 +115,9 @@ pub struct CodeMap {
     live: BTreeMap<u64, u64>,
     /// Dead entries in the order they died.
     dead: VecDeque<(u64, u64)>,
+    /// Entries in the order they were added (some since ended), for
+    /// evicting the oldest when the live cap is reached.
+    born_order: VecDeque<(u64, u64)>,
     max_len: u64,
     seq: u64,
     limits: Limits,
@@ -127,6 +138,7 @@ impl CodeMap {
             entries: BTreeMap::new(),
             live: BTreeMap::new(),
             dead: VecDeque::new(),
+            born_order: VecDeque::new(),
             max_len: 0,
             seq: 0,
             limits,
@@ -198,21 +210,61 @@ impl CodeMap {
         let seq = self.seq;
         self.entries.insert((start, seq), Entry { len: len.max(1), name, kind, isolate, born: t, died: ALIVE });
         self.live.insert(start, seq);
+        self.born_order.push_back((start, seq));
+        self.compact_born_order();
         self.max_len = self.max_len.max(len.max(1));
     }
 
     /// `CODE_ADDED`: `[start, start + len)` holds `name` from time `t`.
     pub fn add(&mut self, start: u64, len: u64, kind: CodeKind, name: &str, isolate: u32, t: u64) {
-        if start == 0 || self.live.len() >= self.limits.max_live {
+        if start == 0 {
             self.stats.dropped += 1;
             return;
+        }
+        if self.live.len() >= self.limits.max_live {
+            self.age_out(t);
         }
         let Some(name) = self.intern(name) else {
             self.stats.dropped += 1;
             return;
         };
         self.stats.added += 1;
+        // The same code reported again (each install re-enumerates existing
+        // code): keep the entry, with its older birth time.
+        if let Some(&seq) = self.live.get(&start) {
+            if let Some(e) = self.entries.get(&(start, seq)) {
+                if e.len == len.max(1) && e.name == name && e.kind == kind && e.isolate == isolate {
+                    self.stats.repeated += 1;
+                    return;
+                }
+            }
+        }
         self.insert(start, len, kind, name, isolate, t);
+    }
+
+    /// Makes room at the live cap. V8 does not report code that dies, so
+    /// entries for dead code stay live until new code overlaps them; under
+    /// heavy churn (eval, short-lived functions) they pile up. The oldest
+    /// eighth is ended: such an entry still names its samples (a lookup
+    /// falls back to the nearest entry in time) until it is forgotten.
+    fn age_out(&mut self, t: u64) {
+        let target = self.live.len() - (self.live.len() / 8).max(1);
+        while self.live.len() > target {
+            let Some((start, seq)) = self.born_order.pop_front() else { break };
+            if self.live.get(&start) == Some(&seq) {
+                self.kill(start, seq, t);
+                self.stats.aged_out += 1;
+            }
+        }
+    }
+
+    /// Drops keys of entries that ended (amortized: at most half are kept
+    /// stale, so the queue stays within twice the live count).
+    fn compact_born_order(&mut self) {
+        if self.born_order.len() > 2 * self.live.len() + 1024 {
+            let live = &self.live;
+            self.born_order.retain(|(s, q)| live.get(s) == Some(q));
+        }
     }
 
     /// `CODE_MOVED`: the code at `from` now lives at `to` (with length
@@ -246,8 +298,12 @@ impl CodeMap {
     }
 
     /// Ends every live entry of an isolate (it was disposed of: its
-    /// addresses may be reused by another isolate).
+    /// addresses may be reused by another isolate). Entries of isolate 0
+    /// (shared code, e.g. embedded builtins) are never retired.
     pub fn retire_isolate(&mut self, isolate: u32, t: u64) {
+        if isolate == 0 {
+            return;
+        }
         let keys: Vec<(u64, u64)> = self
             .live
             .iter()
@@ -433,14 +489,47 @@ mod tests {
     }
 
     #[test]
+    fn the_same_code_reported_again_keeps_its_entry() {
+        let mut m = CodeMap::default();
+        m.add(0x1000, 0x40, CodeKind::Jit, FIB, 1, 10);
+        m.add(0x1000, 0x40, CodeKind::Jit, FIB, 1, 50);
+        let s = m.stats();
+        assert_eq!((s.live, s.dead, s.repeated), (1, 0, 1));
+        // Still named for a sample taken between the two reports.
+        assert!(m.lookup(0x1010, 20).is_some_and(|h| h.exact));
+        // A different name at the same place is new code.
+        m.add(0x1000, 0x40, CodeKind::Jit, "JS:*g /g.js:1:1", 1, 60);
+        assert_eq!(m.stats().dead, 1);
+    }
+
+    #[test]
     fn retire_isolate_ends_only_its_entries() {
         let mut m = CodeMap::default();
         m.add(0x1000, 0x10, CodeKind::Jit, "JS:*a /a.js:1:1", 1, 10);
         m.add(0x2000, 0x10, CodeKind::Jit, "JS:*b /b.js:1:1", 2, 10);
+        m.add(0x3000, 0x10, CodeKind::Jit, "Builtin:Shared", 0, 10);
         m.retire_isolate(1, 20);
+        m.retire_isolate(0, 20);
+        assert!(m.lookup(0x3000, 30).is_some_and(|h| h.exact));
         assert!(m.lookup(0x1000, 30).is_some_and(|h| !h.exact));
         assert!(m.lookup(0x1000, 15).is_some_and(|h| h.exact && h.isolate == 1));
         assert!(m.lookup(0x2000, 30).is_some_and(|h| h.exact && h.isolate == 2));
+    }
+
+    #[test]
+    fn bookkeeping_stays_proportional_to_live_entries() {
+        let mut m = CodeMap::default();
+        for i in 0..100_000u64 {
+            // One entry moved around forever: one live entry.
+            if i == 0 {
+                m.add(0x1000, 0x10, CodeKind::Bytecode, "JS:~f x:1:1", 1, 0);
+            } else {
+                m.move_code(0x1000 + (i - 1) % 2 * 0x1000, 0x1000 + i % 2 * 0x1000, None, i);
+            }
+        }
+        assert_eq!(m.stats().live, 1);
+        assert!(m.born_order.len() <= 2 + 1024 + 1, "{}", m.born_order.len());
+        assert!(m.dead.len() <= Limits::default().max_dead);
     }
 
     #[test]
@@ -456,13 +545,19 @@ mod tests {
         m.add(0x2000, 0x10, CodeKind::Jit, "JS:*c x:1:1", 1, 20);
         assert_eq!(m.stats().dropped, 1, "third name refused");
         for i in 0..5u64 {
-            m.add(0x3000 + i * 0x100, 0x10, CodeKind::Jit, "JS:*a x:1:1", 1, 30);
+            m.add(0x3000 + i * 0x100, 0x10, CodeKind::Jit, "JS:*a x:1:1", 1, 30 + i);
         }
-        assert_eq!(m.stats().live, 4);
-        assert_eq!(m.stats().dropped, 3, "live cap");
+        // The live cap ends the oldest entries first (one at a time for a
+        // cap of 4): 0x1000, then 0x3000.
+        let s = m.stats();
+        assert_eq!(s.live, 4);
+        assert_eq!(s.aged_out, 2);
+        assert!(m.lookup(0x3400, 40).is_some_and(|h| h.exact), "newest kept");
+        assert!(m.lookup(0x1000, 40).is_some_and(|h| !h.exact), "oldest aged out, still named");
         m.clear_dead();
         assert_eq!(m.stats().dead, 0);
-        assert!(m.lookup(0x3000, 40).is_some());
+        assert!(m.lookup(0x3000, 40).is_none(), "forgotten");
+        assert!(m.lookup(0x3400, 40).is_some());
     }
 
     #[test]

@@ -42,8 +42,9 @@
 //!
 //! The handler runs on the isolate's thread (compilation), and on GC
 //! threads for moves (V8 serializes its calls with its logger mutex). It
-//! takes this module's mutex, which nothing holds while calling into V8,
-//! so there is no lock-order cycle.
+//! never waits for the map: if the map is locked (a symbolizer may hold it
+//! across calls into V8 that trigger a GC), the event is queued and applied
+//! by the next user of the map, in order.
 //!
 //! Installing for another thread's isolate uses `Isolate::RequestInterrupt`
 //! (exported, thread-safe): V8 runs the callback on that isolate's thread at
@@ -57,7 +58,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
 use super::abi::{jit_code_type, jit_event, JitCodeEvent, JIT_CODE_EVENT_DEFAULT, JIT_CODE_EVENT_ENUM_EXISTING};
 use super::api::{api, Api, CodeRange, Isolate};
@@ -74,6 +75,8 @@ pub fn now_ns() -> u64 {
 }
 
 static MAP: LazyLock<Mutex<CodeMap>> = LazyLock::new(|| Mutex::new(CodeMap::default()));
+/// The embedded builtins blob (the same for every isolate).
+static EMBEDDED: OnceLock<CodeRange> = OnceLock::new();
 
 /// Serializes installation, `RequestInterrupt` calls and unregistration.
 static LIFECYCLE: Mutex<()> = Mutex::new(());
@@ -111,9 +114,60 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The code map, locked, for symbolization (batch lookups under one lock).
+/// A code event not yet applied to the map.
+enum Pending {
+    Add { start: u64, len: u64, kind: CodeKind, name: String, isolate: u32, t: u64 },
+    Move { from: u64, to: u64, len: u64, t: u64 },
+    Remove { start: u64, t: u64 },
+    Retire { isolate: u32, t: u64 },
+}
+
+/// Events that arrived while the map was locked. Only ever held for a
+/// push or a swap, never across a call into V8.
+static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+
+fn apply(map: &mut CodeMap, ev: Pending) {
+    match ev {
+        Pending::Add { start, len, kind, name, isolate, t } => map.add(start, len, kind, &name, isolate, t),
+        Pending::Move { from, to, len, t } => map.move_code(from, to, Some(len), t),
+        Pending::Remove { start, t } => map.remove(start, t),
+        Pending::Retire { isolate, t } => map.retire_isolate(isolate, t),
+    }
+}
+
+fn drain_into(map: &mut CodeMap) {
+    let pending = std::mem::take(&mut *lock(&PENDING));
+    for ev in pending {
+        apply(map, ev);
+    }
+}
+
+/// Applies an event now if the map is free, else queues it. Never waits
+/// for the map's lock: a thread that holds the map (symbolizing) and calls
+/// into V8 may trigger a GC whose code moves arrive here, on the same
+/// thread or on GC threads it waits for, and waiting would deadlock.
+fn submit(ev: Pending) {
+    let guard = match MAP.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
+    match guard {
+        Some(mut map) => {
+            drain_into(&mut map);
+            apply(&mut map, ev);
+        }
+        None => lock(&PENDING).push(ev),
+    }
+}
+
+/// The code map, locked and up to date, for symbolization (batch lookups
+/// under one lock). Holding it is safe even across calls into V8: code
+/// events that arrive meanwhile are queued and applied at the next call.
 pub fn code_map() -> MutexGuard<'static, CodeMap> {
-    lock(&MAP)
+    let mut map = lock(&MAP);
+    drain_into(&mut map);
+    map
 }
 
 extern "C" fn on_jit_event(event: *const JitCodeEvent) {
@@ -144,15 +198,18 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
                 unsafe { std::slice::from_raw_parts(name.str, name.len) }
             };
             let name = String::from_utf8_lossy(bytes);
-            let serial = registry::serial_of(e.isolate).unwrap_or(0);
-            lock(&MAP).add(start, e.code_len as u64, kind, &name, serial, t);
+            // Embedded builtins are one copy shared by every isolate: owned
+            // by none (0), so a worker's exit does not retire them.
+            let shared = EMBEDDED.get().is_some_and(|r| r.contains(start));
+            let serial = if shared { 0 } else { registry::serial_of(e.isolate).unwrap_or(0) };
+            submit(Pending::Add { start, len: e.code_len as u64, kind, name: name.into_owned(), isolate: serial, t });
         }
         jit_event::CODE_MOVED => {
             // SAFETY: for CODE_MOVED the union holds `new_code_start`.
             let to = unsafe { e.data.new_code_start } as u64;
-            lock(&MAP).move_code(start, to, Some(e.code_len as u64), t);
+            submit(Pending::Move { from: start, to, len: e.code_len as u64, t });
         }
-        jit_event::CODE_REMOVED => lock(&MAP).remove(start, t),
+        jit_event::CODE_REMOVED => submit(Pending::Remove { start, t }),
         // Line-position events are not requested and not needed: names
         // carry line and column.
         _ => {}
@@ -273,6 +330,8 @@ pub fn set_enabled_by_user(allowed: bool) {
 /// Called on a JS thread right after it registered: installs the handler
 /// if sampling is already running.
 pub(crate) fn on_registered(api: &Api, reg: Registered) {
+    // SAFETY: the caller's own, live isolate; the blob is process-wide.
+    EMBEDDED.get_or_init(|| unsafe { api.embedded_code_range(reg.isolate as *mut Isolate) });
     let _guard = lock(&LIFECYCLE);
     reconcile_current(api, reg.isolate as *mut Isolate, reg.serial);
 }
@@ -288,7 +347,7 @@ pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
         unsafe { (api.set_jit_code_event_handler)(reg.isolate as *mut Isolate, JIT_CODE_EVENT_DEFAULT, None) };
     }
     drop(installed);
-    lock(&MAP).retire_isolate(reg.serial, now_ns());
+    submit(Pending::Retire { isolate: reg.serial, t: now_ns() });
 }
 
 /// The lock unregistration holds so no `RequestInterrupt` targets an
@@ -362,4 +421,48 @@ pub fn ranges_for(isolate: usize) -> Option<V8Ranges> {
     let (embedded, code) = unsafe { (api.embedded_code_range(isolate), api.code_range(isolate)) };
     let embedded_alias = super::remap::detect(embedded, code).unwrap_or_default();
     Some(V8Ranges { embedded, embedded_alias, code })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v8::abi::{JitEventData, JitName};
+
+    fn added(start: u64, name: &'static str) -> JitCodeEvent {
+        JitCodeEvent {
+            type_: jit_event::CODE_ADDED,
+            code_type: jit_code_type::JIT_CODE,
+            code_start: start as *mut c_void,
+            code_len: 0x40,
+            script: std::ptr::null_mut(),
+            user_data: std::ptr::null_mut(),
+            wasm_source_info: std::ptr::null_mut(),
+            data: JitEventData { name: JitName { str: name.as_ptr(), len: name.len() } },
+            isolate: std::ptr::null_mut(),
+        }
+    }
+
+    /// A code event that arrives while this very thread holds the map (as
+    /// when a symbolizer's call into V8 triggers a GC) is queued, not
+    /// waited for, and applied in order by the next user of the map.
+    #[test]
+    fn events_never_wait_for_the_map() {
+        let base = 0x7ff0_0000_0000u64;
+        let held = code_map();
+        on_jit_event(&added(base, "JS:*a /a.js:1:1"));
+        let mut moved = added(base, "");
+        moved.type_ = jit_event::CODE_MOVED;
+        moved.data = JitEventData { new_code_start: (base + 0x1000) as *mut c_void };
+        on_jit_event(&moved);
+        assert!(held.lookup(base, u64::MAX - 1).is_none(), "not applied while held");
+        drop(held);
+        let map = code_map();
+        assert_eq!(map.lookup(base + 0x1010, u64::MAX - 1).map(|h| h.raw), Some("JS:*a /a.js:1:1"));
+        assert!(map.lookup(base + 0x10, u64::MAX - 1).is_some_and(|h| !h.exact), "moved away");
+        drop(map);
+        // With the map free, an event applies at once.
+        on_jit_event(&added(base + 0x2000, "JS:*b /b.js:1:1"));
+        assert!(lock(&MAP).lookup(base + 0x2000, u64::MAX - 1).is_some());
+        on_jit_event(std::ptr::null());
+    }
 }

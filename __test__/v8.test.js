@@ -139,6 +139,23 @@ describeMatrix.each(MAJORS)('Node %i', (major) => {
     expect(r.registeredAfter).toBe(1)
   })
 
+  test('GC-heavy stress: eval churn, forced GCs, workers, code events toggled', () => {
+    // fixtures/v8-stress.js; run it for minutes by hand with {"ms": 120000}.
+    const r = spawnSync(node, ['--expose-gc', path.join(__dirname, 'fixtures', 'v8-stress.js'), '{"ms":3000}'], {
+      encoding: 'utf8',
+      timeout: 60000,
+      maxBuffer: 64 << 20,
+    })
+    expect([r.status, r.signal, r.stderr]).toEqual([0, null, ''])
+    const s = JSON.parse(r.stdout)
+    expect(s.samples).toBeGreaterThan(1000)
+    expect(s.namedShare).toBeGreaterThan(0.95)
+    expect(s.gcWithFrames).toBe(0)
+    expect(s.spawned).toBeGreaterThan(2)
+    expect(s.registeredAfter).toBe(1)
+    expect(s.stats.map.dropped).toBe(0)
+  })
+
   test('an unknown V8 version is unsupported: nothing is called', () => {
     const r = run(node, 'unsupported', {}, { env: { MACHSAMPLER_TEST_V8_VERSION: '9.9.9' } })
     expect(r.reg.ok).toBe(false)

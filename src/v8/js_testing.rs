@@ -122,7 +122,7 @@ pub fn v8_stats() -> String {
         "events": e.events, "installs": e.installs, "interruptsRequested": e.interrupts_requested,
         "interruptsRun": e.interrupts_run, "lastInstallNs": e.last_install_ns, "installedIsolates": e.installed_isolates,
         "map": { "added": m.added, "moved": m.moved, "removed": m.removed, "unknown": m.unknown, "evicted": m.evicted,
-                 "forgotten": m.forgotten, "dropped": m.dropped, "live": m.live, "dead": m.dead, "names": m.names },
+                 "forgotten": m.forgotten, "dropped": m.dropped, "repeated": m.repeated, "agedOut": m.aged_out, "live": m.live, "dead": m.dead, "names": m.names },
     })
     .to_string()
 }

@@ -47,14 +47,19 @@
 //!   reported, in 100 % of > 10 000 interpreted frames a run); no JS frame
 //!   of those runs is left unnamed;
 //! - `GetStackSample` inside the signal handler, ~20-frame stacks: p50
-//!   1.2-3.6 µs, p99 3.6-15 µs depending on the run (the native walk alone
-//!   is ~0.1 µs). Called twice in a row (warm caches) it takes ~0.9 µs for
+//!   1.2-4.3 µs, p99 4.7-15 µs depending on major and run (the native walk
+//!   alone is ~0.1 µs). Called twice in a row (warm caches) it takes ~0.9 µs for
 //!   8 frames plus ~50 ns a frame, so most of the first call is cache
 //!   misses; capping `out.len()` (max stack depth) bounds it;
 //! - installing the handler enumerates existing code: 10-65 ms on the
 //!   isolate's thread (once per `start()` with the default policy); while
 //!   installed, each compilation costs a few µs more (a compile-heavy
 //!   micro-benchmark: +18 % on Node 20), and GC moves of code are reported.
+//!
+//! - a GC-heavy stress (eval churn, forced GCs, workers coming and going,
+//!   code events switched on and off, the test sampler at 4 kHz a thread),
+//!   2 minutes on each major: no crash, 99.3-99.9 % of the samples with V8
+//!   frames carry a JS name, no GC sample has frames.
 //!
 //! Limits, all measured: Node 18 (V8 10.2) names carry no column
 //! (`fib (/app/fib.js:3)`); a function inlined by TurboFan/Maglev counts as

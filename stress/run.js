@@ -54,14 +54,14 @@ const SCENARIOS = [
     what: '8 worker_threads + main thread: Buffer allocations and big JSON at 1 kHz, MACHSAMPLER_ALLOC_CHECK=1, start/stop churn',
     env: { MACHSAMPLER_ALLOC_CHECK: '1' },
     quick: { seconds: 12, churnMs: 1000 },
-    full: { seconds: 75, churnMs: 1000 },
+    full: { seconds: 60, churnMs: 1000 },
     limitS: 150,
   },
   {
     name: 'thread-churn',
     what: '~1000 worker_threads per minute: normal exits, terminate() mid-work, workers that load the addon and exit',
     quick: { seconds: 15, perMinute: 1000 },
-    full: { seconds: 70, perMinute: 1000 },
+    full: { seconds: 60, perMinute: 1000 },
     limitS: 150,
   },
   {
@@ -111,14 +111,14 @@ const SCENARIOS = [
     name: 'bad-input-cli',
     what: 'every CLI command with missing, corrupt, truncated, future-version profiles and unwritable output',
     quick: { flips: 20, cuts: 12 },
-    full: { flips: 150, cuts: 60 },
+    full: { flips: 100, cuts: 40 },
     limitS: 600,
   },
   {
     name: 'walker-fuzz',
     what: 'proptest over walk_stack between PROT_NONE guard pages (tests/walker_fuzz.rs)',
     quick: { cases: 5000, profile: 'dev' },
-    full: { cases: 600000, profile: 'release' },
+    full: { cases: 400000, profile: 'release' },
     hangMs: 600000,
     limitS: 1500,
   },
@@ -127,7 +127,7 @@ const SCENARIOS = [
 const SANITIZER_SCENARIOS = [
   {
     name: 'asan-rust-tests',
-    what: 'cargo test (lib + walker fuzz) built with -Zsanitizer=address (ASan + LeakSanitizer), std rebuilt instrumented',
+    what: 'cargo +nightly test (lib + walker fuzz) built with -Zsanitizer=address (ASan + LeakSanitizer)',
     quick: { cases: 2000 },
     full: { cases: 20000 },
     hangMs: 900000,

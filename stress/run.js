@@ -67,9 +67,9 @@ const SCENARIOS = [
   {
     name: 'start-stop-churn',
     what: 'start/stop cycles from JS while workers run; stop() racing thread exit; start/stop from workers',
-    quick: { cycles: 1500 },
-    full: { cycles: 10000 },
-    limitS: 400,
+    quick: { cycles: 1500, maxSeconds: 150 },
+    full: { cycles: 10000, maxSeconds: 330 },
+    limitS: 420,
   },
   {
     name: 'signals-syscalls',
@@ -395,7 +395,7 @@ async function main() {
     process.stderr.write(`stress: ${path.relative(ROOT, addon)} is missing; run 'npm run build' first\n`)
     return 2
   }
-  const mode = opts.sanitizers ? 'sanitizers' : opts.quick ? 'quick' : 'full'
+  const mode = opts.sanitizers || list.every((s) => SANITIZER_SCENARIOS.includes(s)) ? 'sanitizers' : opts.quick ? 'quick' : 'full'
   process.stdout.write(`machsampler stress (${mode}), node ${spawnSync(opts.node, ['--version'], { encoding: 'utf8' }).stdout.trim()}, ${os.cpus().length} CPUs\n`)
   const started = Date.now()
   const rows = []
@@ -403,6 +403,8 @@ async function main() {
     process.stdout.write(`- ${s.name}: ${s.what}\n`)
     const r = await runScenario(s, opts)
     rows.push(r)
+    // Per scenario too, so a partial run (--only) keeps earlier results.
+    fs.writeFileSync(path.join(RESULTS, `${s.name}.${mode}.json`), JSON.stringify(r, null, 2) + '\n')
     const extra = Object.keys(r.info).length ? ` ${JSON.stringify(r.info).slice(0, 400)}` : ''
     process.stdout.write(`  ${r.status} in ${(r.ms / 1000).toFixed(1)} s: ${r.samples} samples, ${r.checks} checks${extra}\n`)
   }

@@ -9,6 +9,71 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+export declare function __v8DisableCodeEvents(): void
+
+export declare function __v8EnableCodeEvents(): boolean
+
+/**
+ * Starts the test sampler: every `interval_us`, a signal to each
+ * registered JS thread.
+ */
+export declare function __v8ProfileStart(intervalUs: number): boolean
+
+/** Stops the test sampler and returns its records, named, as JSON. */
+export declare function __v8ProfileStop(): string
+
+/** Registers the calling JS thread; returns JSON `{ok, ...}`. */
+export declare function __v8Register(): string
+
+/** How many JS threads are registered now. */
+export declare function __v8RegisteredCount(): number
+
+/**
+ * Registers the calling JS thread and unregisters it from an environment
+ * cleanup hook, as the addon's module init is meant to (the hook runs on
+ * the thread, before Node disposes of the isolate, also for a worker that
+ * is terminated).
+ */
+export declare function __v8RegisterWithCleanupHook(): string
+
+/**
+ * Samples a fresh native thread (no isolate) with the test signal and
+ * returns its status.
+ */
+export declare function __v8SampleForeignThread(): string
+
+/**
+ * Samples the calling thread from inside this native call, as Node's
+ * diagnostic report does (`pc` null, `sp`/`fp` at a local): V8 starts from
+ * the API callback's exit frame. Returns JSON `{status, vmState, frames}`.
+ */
+export declare function __v8SelfSample(): string
+
+/**
+ * `"load"` installs the handler from registration on, anything else only
+ * while sampling.
+ */
+export declare function __v8SetCodeEventPolicy(policy: string): void
+
+/** Event and map counters, as JSON. */
+export declare function __v8Stats(): string
+
+export declare function __v8Unregister(): void
+
+/**
+ * @internal For `npm run bench`: the kernel's share of a sample, the time
+ * of an empty round trip of the sampling signal to the calling thread, in
+ * nanoseconds, one entry per iteration. Empty where the backend does not
+ * use signals (macOS).
+ */
+export declare function _benchSignalRoundTrip(iterations: number): Array<number>
+
+/**
+ * @internal Why JavaScript frames cannot be named from V8 in this thread's
+ * environment (null if they can); `index.js` turns this into one warning.
+ */
+export declare function _jsNamesUnavailable(): string | null
+
 /**
  * Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
  * without starting: the CLI validates `--interval` and `--depth` before it
@@ -150,6 +215,12 @@ export interface Profile {
   stats: Stats
   /** Function names, once the profile has been symbolicated. */
   symbols?: SymbolTable
+  /**
+   * Names of JavaScript frames, from V8: a frame address with the top
+   * bit set (`>= 2n ** 63n`) is a JS function, and its low 32 bits index
+   * this list. Names read `functionName (url:line:column)`.
+   */
+  jsNames: Array<string>
 }
 
 /** Where a profile was recorded. */
@@ -319,6 +390,12 @@ export interface StartOptions {
    * in `stats.samplesDropped`.
    */
   bufferSamples?: number
+  /**
+   * Name JavaScript frames from V8 while sampling (default true), on
+   * every thread whose environment loaded the addon (workers created
+   * after it loads get it preloaded). No command-line flags needed.
+   */
+  jsNames?: boolean
 }
 
 /**
@@ -362,6 +439,8 @@ export interface Stats {
   truncatedStacks: number
   /** Stacks whose frame chain ended cleanly at the thread's root. */
   stacksReachingRoot: number
+  /** Samples with JavaScript frames from V8 merged in. */
+  jsSamples: number
   /** Sampler ticks run. */
   ticks: number
   /** Ticks skipped because the sampler fell behind. */

@@ -835,6 +835,20 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.__v8DisableCodeEvents = nativeBinding.__v8DisableCodeEvents
+module.exports.__v8EnableCodeEvents = nativeBinding.__v8EnableCodeEvents
+module.exports.__v8ProfileStart = nativeBinding.__v8ProfileStart
+module.exports.__v8ProfileStop = nativeBinding.__v8ProfileStop
+module.exports.__v8Register = nativeBinding.__v8Register
+module.exports.__v8RegisteredCount = nativeBinding.__v8RegisteredCount
+module.exports.__v8RegisterWithCleanupHook = nativeBinding.__v8RegisterWithCleanupHook
+module.exports.__v8SampleForeignThread = nativeBinding.__v8SampleForeignThread
+module.exports.__v8SelfSample = nativeBinding.__v8SelfSample
+module.exports.__v8SetCodeEventPolicy = nativeBinding.__v8SetCodeEventPolicy
+module.exports.__v8Stats = nativeBinding.__v8Stats
+module.exports.__v8Unregister = nativeBinding.__v8Unregister
+module.exports._benchSignalRoundTrip = nativeBinding._benchSignalRoundTrip
+module.exports._jsNamesUnavailable = nativeBinding._jsNamesUnavailable
 module.exports.checkRecordOptions = nativeBinding.checkRecordOptions
 module.exports.exportProfile = nativeBinding.exportProfile
 module.exports.formatFromPath = nativeBinding.formatFromPath

@@ -65,8 +65,60 @@ function arity(name, fn, max) {
   return wrapped
 }
 
+// JavaScript frames are named from V8 only on threads whose environment
+// loaded the addon. If it cannot be done here at all (an unknown V8), say
+// so once, on the first start().
+let jsNamesWarned = false
+function start(options) {
+  binding.start(options)
+  if (!jsNamesWarned) {
+    jsNamesWarned = true
+    const why = binding._jsNamesUnavailable()
+    if (why) {
+      process.emitWarning(
+        `machsampler: JavaScript frames will not be named from V8 (${why}); they are named from V8's perf map when node runs with --perf-basic-prof, otherwise shown as addresses.`,
+        { code: 'MACHSAMPLER_NO_JS_NAMES' },
+      )
+    }
+  }
+}
+
+// Workers created after the addon loads get it preloaded, so their isolates
+// register and their JavaScript frames are named too; their execArgv is
+// otherwise the same (the parent's, or what the caller passed). Node refuses
+// some flags in an explicit execArgv that it would inherit silently (V8
+// options such as --perf-basic-prof); such a worker is created exactly as
+// asked, without the preload. Opt out with MACHSAMPLER_NO_WORKER_HOOK=1.
+const HOOKED = Symbol.for('machsampler.workerHook')
+function hookWorkers() {
+  if (process.env.MACHSAMPLER_NO_WORKER_HOOK === '1') return
+  const wt = require('worker_threads')
+  if (wt.Worker[HOOKED]) return
+  const Original = wt.Worker
+  const preload = require('path').join(__dirname, 'lib', 'worker-register.js')
+  function Worker(filename, options) {
+    if (!new.target) return Reflect.apply(Original, this, [filename, options])
+    const opts = options && typeof options === 'object' ? options : {}
+    const execArgv = Array.isArray(opts.execArgv) ? opts.execArgv : process.execArgv
+    try {
+      return Reflect.construct(Original, [filename, { ...opts, execArgv: [...execArgv, '--require', preload] }], new.target)
+    } catch (e) {
+      if (e && e.code === 'ERR_WORKER_INVALID_EXEC_ARGV') return Reflect.construct(Original, [filename, options], new.target)
+      throw e
+    }
+  }
+  Object.setPrototypeOf(Worker, Original)
+  Worker.prototype = Original.prototype
+  Object.defineProperty(Worker, 'name', { value: 'Worker' })
+  Object.defineProperty(Worker, HOOKED, { value: true })
+  wt.Worker = Worker
+  // So that `import { Worker } from 'node:worker_threads'` sees it too.
+  require('module').syncBuiltinESMExports()
+}
+hookWorkers()
+
 module.exports = {
-  start: arity('start', binding.start, 1),
+  start: arity('start', start, 1),
   stop: arity('stop', binding.stop, 0),
   stats: arity('stats', binding.stats, 0),
   isRunning: arity('isRunning', binding.isRunning, 0),

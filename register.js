@@ -68,13 +68,19 @@ function restoreEnvironment() {
 }
 
 function main() {
-  // Worker threads run preloads too; the sampler is process-wide already.
-  if (!isMainThread) return
+  // Worker threads run preloads too. The sampler is process-wide already;
+  // loading the addon here registers the worker's V8 isolate, so its
+  // JavaScript frames are named.
+  if (!isMainThread) {
+    require('./index.js')
+    return
+  }
   const sessionDir = process.env.MACHSAMPLER_SESSION_DIR
   if (sessionDir && !claim(sessionDir)) return
   const options = {
     intervalMs: envNumber('MACHSAMPLER_INTERVAL_MS'),
     maxStackDepth: envNumber('MACHSAMPLER_MAX_STACK_DEPTH'),
+    jsNames: process.env.MACHSAMPLER_NO_JS_NAMES === '1' ? false : undefined,
   }
   const durationS = envNumber('MACHSAMPLER_DURATION_S')
   const output = sessionDir

@@ -133,6 +133,21 @@ describe('record', () => {
     expect(names(plain)).not.toContain('busyLoopForCliTest')
   })
 
+  test('JS names need no perf map; --perf-map adds one and cleans it up', () => {
+    const prog = path.join(dir, 'pid.js')
+    const pidFile = path.join(dir, 'pid.txt')
+    fs.writeFileSync(prog, `require('fs').writeFileSync(${JSON.stringify(pidFile)}, String(process.pid)); require(${JSON.stringify(h.BUSY)})`)
+    const plain = path.join(dir, 'noperfmap.machprof')
+    expect(h.cli(['record', '-q', '-o', plain, '--', NODE, prog]).status).toBe(0)
+    const pid = fs.readFileSync(pidFile, 'utf8')
+    expect(fs.existsSync(`/tmp/perf-${pid}.map`)).toBe(false)
+    expect(names(plain)).toContain('busyLoopForCliTest')
+    const withMap = path.join(dir, 'perfmap.machprof')
+    expect(h.cli(['record', '-q', '--perf-map', '-o', withMap, '--', NODE, prog]).status).toBe(0)
+    expect(fs.existsSync(`/tmp/perf-${fs.readFileSync(pidFile, 'utf8')}.map`)).toBe(false)
+    expect(names(withMap)).toContain('busyLoopForCliTest')
+  })
+
   test('--duration stops sampling early; --interval and --depth reach the sampler', () => {
     const out = path.join(dir, 'duration.machprof')
     const r = h.cli(['record', '-q', '--duration', '0.5', '--interval', '5', '--depth', '16', '-o', out, '--', NODE, h.DEMO], {

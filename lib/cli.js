@@ -48,7 +48,9 @@ Options:
       --interval <ms>   sampling interval: an integer from 1 to 1000 (default 10)
       --depth <n>       frames kept per stack: 1 to 1024 (default 128)
       --duration <s>    stop sampling after <s> seconds (the program runs on)
-      --no-jit-names    do not add V8's perf-map flags; JS frames stay 0x...
+      --no-jit-names    do not name JavaScript frames (they stay 0x...)
+      --perf-map        also name them from V8's perf map (adds
+                        --perf-basic-prof-only-functions to the program)
       --idle            count idle samples in the summary and flame graphs
   -q, --quiet           no summary
   -h, --help            this help

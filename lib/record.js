@@ -22,10 +22,12 @@ const cli = require('./cli')
 const text = require('./text')
 
 const REGISTER = path.join(__dirname, '..', 'register.js')
-// JIT names: V8 writes /tmp/perf-<pid>.map (functions only, which keeps it
-// small), and interpreted frames get a native frame of their own so that
-// Ignition-run functions are named too. Both are allowed in NODE_OPTIONS.
-const JIT_FLAGS = ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack']
+// JavaScript frames are named from V8 itself while sampling (no flags).
+// --perf-map also has V8 write /tmp/perf-<pid>.map (functions only, which
+// keeps it small) with interpreted frames given a native frame of their
+// own: the older way, for a V8 the addon cannot use. Both flags are allowed
+// in NODE_OPTIONS.
+const PERF_MAP_FLAGS = ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack']
 const LIVE_AFTER_MS = 1000
 const LIVE_EVERY_MS = 250
 const SPEC = {
@@ -36,6 +38,7 @@ const SPEC = {
   depth: { type: 'string' },
   duration: { type: 'string' },
   'no-jit-names': { type: 'boolean' },
+  'perf-map': { type: 'boolean' },
   idle: { type: 'boolean' },
   quiet: { type: 'boolean', short: 'q' },
 }
@@ -115,7 +118,8 @@ function parseRecordArgs(argv) {
     intervalMs,
     maxStackDepth,
     durationS,
-    jitNames: values['no-jit-names'] !== true && process.platform === 'linux',
+    jitNames: values['no-jit-names'] !== true,
+    perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
     includeIdle: values.idle === true,
     quiet: values.quiet === true,
   }
@@ -137,13 +141,14 @@ function extensionOf(format) {
 function childEnv(opts, sessionDir, live) {
   const original = process.env.NODE_OPTIONS || ''
   const added = [`--require ${quote(REGISTER)}`]
-  if (opts.jitNames) added.push(...JIT_FLAGS)
+  if (opts.perfMap) added.push(...PERF_MAP_FLAGS)
   const env = {
     ...process.env,
     NODE_OPTIONS: [original, ...added].filter(Boolean).join(' '),
     MACHSAMPLER_ORIGINAL_NODE_OPTIONS: original,
     MACHSAMPLER_SESSION_DIR: sessionDir,
   }
+  if (!opts.jitNames) env.MACHSAMPLER_NO_JS_NAMES = '1' // register.js: start({ jsNames: false })
   if (opts.intervalMs !== undefined) env.MACHSAMPLER_INTERVAL_MS = String(opts.intervalMs)
   if (opts.maxStackDepth !== undefined) env.MACHSAMPLER_MAX_STACK_DEPTH = String(opts.maxStackDepth)
   if (opts.durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(opts.durationS)
@@ -230,7 +235,7 @@ function noProfile(opts, status) {
 
 /** Removes the perf map our flags made, unless the user asked for one too. */
 function removePerfMap(opts, pid) {
-  if (!opts.jitNames) return
+  if (!opts.perfMap) return
   const requested = /--perf-(basic-)?prof/.test(`${process.env.NODE_OPTIONS || ''} ${opts.args.join(' ')}`)
   if (requested) return
   try {

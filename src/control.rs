@@ -40,7 +40,12 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     let mut backend = platform::new_backend()?;
     // So that threadCount() is right as soon as start() returns.
     backend.refresh_threads(&shared().registry, false);
-    *slot = Some(RunningSampler::spawn(backend, options, shared().clone())?);
+    let js = js_frames(&options);
+    let sampler = RunningSampler::spawn(backend, options, shared().clone(), js);
+    if sampler.is_err() {
+        stop_js_frames();
+    }
+    *slot = Some(sampler?);
     Ok(())
 }
 
@@ -48,7 +53,32 @@ pub fn stop() -> Result<Recording, SamplerError> {
     let sampler = running()
         .take()
         .ok_or_else(|| SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"))?;
-    Ok(sampler.stop())
+    let rec = sampler.stop();
+    stop_js_frames();
+    Ok(rec)
+}
+
+/// Whether JavaScript frames can be named from V8 in this process: at least
+/// one JS thread registered its isolate (see `crate::v8`).
+pub fn js_frames_available() -> bool {
+    !crate::v8::registry::all().is_empty()
+}
+
+/// Starts V8 code events and JS frame capture, if V8 is usable here.
+fn js_frames(options: &SamplerOptions) -> Option<Box<dyn crate::core::backend::JsFrames>> {
+    if !options.js_names || !options.native_unwinding || !js_frames_available() {
+        return None;
+    }
+    crate::v8::enable_code_events();
+    platform::set_js_frames(true);
+    Some(Box::new(crate::v8::frames::V8JsFrames::new()))
+}
+
+fn stop_js_frames() {
+    platform::set_js_frames(false);
+    if js_frames_available() {
+        crate::v8::disable_code_events();
+    }
 }
 
 pub fn is_running() -> bool {

@@ -52,6 +52,29 @@ pub struct CapturedStack<'a> {
     /// The registers could not be read, or the stack pointer was outside
     /// the known bounds; `frames` then holds at most the pc.
     pub walk_error: bool,
+    /// JavaScript frames V8 reported for the same stop (`GetStackSample`),
+    /// leaf first; empty when the thread runs no isolate or V8 naming is
+    /// off. Merged into `frames` by a [`JsFrames`] before interning.
+    pub js: &'a [u64],
+    /// The word at the stack pointer (0 if unknown): the return address
+    /// when the thread stopped in a function that builds no frame, such as
+    /// V8's baseline builtins, whose caller a frame-pointer walk skips.
+    pub tos: u64,
+}
+
+/// A frame recorded for a JavaScript function rather than an address: the
+/// low 32 bits index the names the [`JsFrames`] collected. User-space
+/// addresses never have the top bit set.
+pub const JS_FRAME_TAG: u64 = 1 << 63;
+
+/// Turns a native stack plus the JavaScript frames V8 reported for it into
+/// the frames to record (JS frames as `JS_FRAME_TAG | name index`). Runs on
+/// the sampler thread after the sampled thread has resumed.
+pub trait JsFrames: Send {
+    fn merge(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>);
+
+    /// The names of the tagged frames, by index.
+    fn names(&self) -> &[String];
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -25,6 +25,8 @@ pub struct SamplerOptions {
     pub buffer_samples: usize,
     /// Carry an idle thread's previous stack forward instead of stopping it.
     pub idle_skip: bool,
+    /// Name JavaScript frames from V8 where the thread's isolate is known.
+    pub js_names: bool,
 }
 
 impl Default for SamplerOptions {
@@ -35,6 +37,7 @@ impl Default for SamplerOptions {
             native_unwinding: true,
             buffer_samples: BUFFER_SAMPLES_DEFAULT,
             idle_skip: true,
+            js_names: true,
         }
     }
 }

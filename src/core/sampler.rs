@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rustc_hash::FxHashMap;
 
-use super::backend::{Backend, Capture, CaptureConfig, CapturedStack};
+use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, JsFrames};
 use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
 use super::options::SamplerOptions;
@@ -96,6 +96,8 @@ pub struct Recording {
     /// Wall-clock time at `start_ns`, milliseconds since the Unix epoch.
     pub start_wall_ms: f64,
     pub stats: StatsSnapshot,
+    /// Names of the JavaScript frames (`JS_FRAME_TAG | index`).
+    pub js_names: Vec<String>,
 }
 
 struct ThreadState {
@@ -181,10 +183,15 @@ struct Session<'a> {
     state: FxHashMap<u64, ThreadState>,
     /// Scratch for a leaf-only stack when native unwinding is off.
     leaf: [u64; 1],
+    /// Merges V8's JavaScript frames into native stacks, when available.
+    js: Option<Box<dyn JsFrames>>,
+    /// Scratch for a merged stack.
+    merged: Vec<u64>,
+    max_depth: usize,
 }
 
 impl<'a> Session<'a> {
-    fn new(shared: &'a Shared, options: &SamplerOptions) -> Self {
+    fn new(shared: &'a Shared, options: &SamplerOptions, js: Option<Box<dyn JsFrames>>) -> Self {
         Session {
             shared,
             samples: SampleBuffer::with_capacity(options.buffer_samples),
@@ -194,6 +201,9 @@ impl<'a> Session<'a> {
             threads: Vec::new(),
             state: FxHashMap::default(),
             leaf: [0],
+            js,
+            merged: Vec::with_capacity(256),
+            max_depth: options.max_stack_depth,
         }
     }
 
@@ -258,11 +268,22 @@ impl<'a> Session<'a> {
             stats.threads_skipped.add(1);
             return;
         };
-        let frames = if self.shared.native_unwinding.load(Relaxed) {
-            c.frames
-        } else {
-            self.leaf[0] = c.frames.first().copied().unwrap_or(0);
-            &self.leaf[..]
+        let native_unwinding = self.shared.native_unwinding.load(Relaxed);
+        let frames = match self.js.as_mut() {
+            Some(js) if !c.js.is_empty() && native_unwinding => {
+                stats.js_samples.add(1);
+                self.merged.clear();
+                js.merge(&c, &mut self.merged);
+                // JS frames V8 found beyond a cut native walk can add up
+                // to more than the depth asked for; keep the leaf side.
+                self.merged.truncate(self.max_depth);
+                &self.merged[..]
+            }
+            _ if native_unwinding => c.frames,
+            _ => {
+                self.leaf[0] = c.frames.first().copied().unwrap_or(0);
+                &self.leaf[..]
+            }
         };
         let (index, cpu_delta_ns) = (st.index, std::mem::take(&mut st.cpu_delta_ns));
         match self.stacks.intern(frames) {
@@ -279,12 +300,18 @@ impl<'a> Session<'a> {
 
 /// Runs the sampling loop until a message arrives on `stop` (or the sender
 /// is dropped). Returns what was recorded.
-pub fn run<B: Backend>(mut backend: B, options: SamplerOptions, shared: &Shared, stop: Receiver<()>) -> Recording {
+pub fn run<B: Backend>(
+    mut backend: B,
+    options: SamplerOptions,
+    shared: &Shared,
+    stop: Receiver<()>,
+    js: Option<Box<dyn JsFrames>>,
+) -> Recording {
     let stats = &shared.stats;
     backend.prepare_sampler_thread();
     let own_tid = backend.current_tid();
     let idle_threshold = backend.idle_cpu_threshold_ns();
-    let mut session = Session::new(shared, &options);
+    let mut session = Session::new(shared, &options, js);
     let mut live: Vec<ThreadEntry> = Vec::with_capacity(64);
     let mut batch: Vec<ThreadEntry> = Vec::with_capacity(64);
 
@@ -384,6 +411,7 @@ pub fn run<B: Backend>(mut backend: B, options: SamplerOptions, shared: &Shared,
         interval_ns: options.interval_ns,
         start_wall_ms,
         stats: stats.snapshot(shared.registry.len() as u64),
+        js_names: session.js.map(|j| j.names().to_vec()).unwrap_or_default(),
     }
 }
 
@@ -402,6 +430,7 @@ impl RunningSampler {
         backend: B,
         options: SamplerOptions,
         shared: Arc<Shared>,
+        js: Option<Box<dyn JsFrames>>,
     ) -> Result<RunningSampler, SamplerError> {
         shared.stats.reset();
         shared.native_unwinding.store(options.native_unwinding, Relaxed);
@@ -409,7 +438,7 @@ impl RunningSampler {
         let spawn = || {
             std::thread::Builder::new()
                 .name("machsampler".into())
-                .spawn(move || run(backend, options, &shared, stop_rx))
+                .spawn(move || run(backend, options, &shared, stop_rx, js))
         };
         let handle = with_signals_blocked(spawn)
             .map_err(|e| SamplerError::new(ErrorCode::NoMem, format!("cannot create the sampler thread: {e}")))?;
@@ -565,6 +594,8 @@ mod tests {
                     stopped_ns: 1000,
                     delivery_ns: None,
                     walk_error: false,
+                    js: &[],
+                    tos: 0,
                 }));
             }
             // Each tick the test advances every thread's CPU clock except
@@ -602,7 +633,7 @@ mod tests {
         let (b, rx, _) = fake(10, &[1, 2]);
         let shared = Shared::default();
         shared.native_unwinding.store(true, SeqCst);
-        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx);
+        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, None);
         assert_eq!(rec.threads.len(), 2, "{:?}", rec.threads);
         assert!(rec.threads.iter().all(|t| t.tid != 999), "sampler thread is not sampled");
         // Ticks may exceed requests by one: the stop is seen at the next loop turn.
@@ -616,7 +647,7 @@ mod tests {
     fn idle_thread_is_not_stopped_again() {
         let (b, rx, requests) = fake(10, &[1, 2]);
         let shared = Shared::default();
-        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx);
+        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, None);
         // Thread 1: 10 requests. Thread 2: the first request (no stack yet),
         // then 9 idle samples carrying that stack forward.
         assert_eq!(requests.load(SeqCst), 11);
@@ -636,7 +667,7 @@ mod tests {
         let (b, rx, _) = fake(20, &[1, 3]);
         let shared = Shared::default();
         let opts = SamplerOptions { interval_ns: 1_000_000, buffer_samples: 5, ..Default::default() };
-        let rec = run(b, opts, &shared, rx);
+        let rec = run(b, opts, &shared, rx, None);
         assert_eq!(rec.samples.len(), 5);
         assert_eq!(rec.stats.samples_captured, 5);
         assert_eq!(rec.stats.samples_dropped, 15);
@@ -651,7 +682,7 @@ mod tests {
         shared.native_unwinding.store(false, SeqCst);
         let opts = SamplerOptions { interval_ns: 1_000_000, native_unwinding: false, ..Default::default() };
         let arc = Arc::new(shared);
-        let rec = run(b, opts, &arc, rx);
+        let rec = run(b, opts, &arc, rx, None);
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30]);
     }
 
@@ -665,7 +696,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
             threads.lock().unwrap()[0].1 = false;
         });
-        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx);
+        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, None);
         handle.join().unwrap();
         assert_eq!(rec.stats.walk_errors, 0);
         assert_eq!(

@@ -126,6 +126,8 @@ pub struct Stats {
     pub ticks_missed: Counter,
     pub sampler_cpu_ns: Counter,
     pub stack_reaches_root: Counter,
+    /// Samples whose JavaScript frames V8 reported and were merged in.
+    pub js_samples: Counter,
     /// How long a thread is stopped per sample (suspend to resume, or
     /// signal-handler entry to exit).
     pub suspend_hist: Histogram,
@@ -149,12 +151,43 @@ pub struct StatsSnapshot {
     pub ticks_missed: u64,
     pub sampler_cpu_ns: u64,
     pub stack_reaches_root: u64,
+    pub js_samples: u64,
     pub suspend_p50_ns: u64,
     pub suspend_p99_ns: u64,
     pub delivery_p50_ns: u64,
     pub delivery_p99_ns: u64,
     pub delivery_max_ns: u64,
     pub thread_count: u64,
+}
+
+impl StatsSnapshot {
+    /// Every counter with its name in the JS API (`stats()`), for code that
+    /// reads or writes them by name: the file format and profiles passed in
+    /// from JS.
+    pub fn fields_mut(&mut self) -> [(&'static str, &mut u64); 20] {
+        [
+            ("samplesCaptured", &mut self.samples_captured),
+            ("samplesDropped", &mut self.samples_dropped),
+            ("threadsSampled", &mut self.threads_sampled),
+            ("threadsSkipped", &mut self.threads_skipped),
+            ("totalSuspendNs", &mut self.total_suspend_ns),
+            ("maxSuspendNs", &mut self.max_suspend_ns),
+            ("walkErrors", &mut self.walk_errors),
+            ("idleSamples", &mut self.idle_samples),
+            ("truncatedStacks", &mut self.truncated_stacks),
+            ("ticks", &mut self.ticks),
+            ("ticksMissed", &mut self.ticks_missed),
+            ("samplerCpuNs", &mut self.sampler_cpu_ns),
+            ("stacksReachingRoot", &mut self.stack_reaches_root),
+            ("jsSamples", &mut self.js_samples),
+            ("suspendP50Ns", &mut self.suspend_p50_ns),
+            ("suspendP99Ns", &mut self.suspend_p99_ns),
+            ("deliveryP50Ns", &mut self.delivery_p50_ns),
+            ("deliveryP99Ns", &mut self.delivery_p99_ns),
+            ("deliveryMaxNs", &mut self.delivery_max_ns),
+            ("threadCount", &mut self.thread_count),
+        ]
+    }
 }
 
 impl Stats {
@@ -172,6 +205,7 @@ impl Stats {
             &self.ticks_missed,
             &self.sampler_cpu_ns,
             &self.stack_reaches_root,
+            &self.js_samples,
         ] {
             c.set(0);
         }
@@ -207,6 +241,7 @@ impl Stats {
             ticks_missed: self.ticks_missed.get(),
             sampler_cpu_ns: self.sampler_cpu_ns.get(),
             stack_reaches_root: self.stack_reaches_root.get(),
+            js_samples: self.js_samples.get(),
             suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
             suspend_p99_ns: Histogram::percentile(&suspend, 0.99),
             delivery_p50_ns: Histogram::percentile(&delivery, 0.50),

@@ -61,6 +61,9 @@ struct Header {
     stats: BTreeMap<String, u64>,
     /// The function table, if the profile was symbolicated.
     functions: Option<Vec<FunctionJson>>,
+    /// Names of the JavaScript frames (addresses with the top bit set).
+    #[serde(default)]
+    js_names: Vec<String>,
     columns: Vec<Column>,
 }
 
@@ -122,30 +125,6 @@ const COLUMNS: [(&str, &str); 10] = [
 ];
 
 /// The statistics, by the names the JS API uses. One list for both ways.
-fn stats_fields(s: &mut StatsSnapshot) -> [(&'static str, &mut u64); 19] {
-    [
-        ("samplesCaptured", &mut s.samples_captured),
-        ("samplesDropped", &mut s.samples_dropped),
-        ("threadsSampled", &mut s.threads_sampled),
-        ("threadsSkipped", &mut s.threads_skipped),
-        ("totalSuspendNs", &mut s.total_suspend_ns),
-        ("maxSuspendNs", &mut s.max_suspend_ns),
-        ("walkErrors", &mut s.walk_errors),
-        ("idleSamples", &mut s.idle_samples),
-        ("truncatedStacks", &mut s.truncated_stacks),
-        ("ticks", &mut s.ticks),
-        ("ticksMissed", &mut s.ticks_missed),
-        ("samplerCpuNs", &mut s.sampler_cpu_ns),
-        ("stacksReachingRoot", &mut s.stack_reaches_root),
-        ("suspendP50Ns", &mut s.suspend_p50_ns),
-        ("suspendP99Ns", &mut s.suspend_p99_ns),
-        ("deliveryP50Ns", &mut s.delivery_p50_ns),
-        ("deliveryP99Ns", &mut s.delivery_p99_ns),
-        ("deliveryMaxNs", &mut s.delivery_max_ns),
-        ("threadCount", &mut s.thread_count),
-    ]
-}
-
 /// Fixed-size little-endian elements of the columns.
 trait Le: Sized + Copy {
     const SIZE: usize;
@@ -220,7 +199,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
         end_ns: profile.end_ns,
         interval_ns: profile.interval_ns,
         start_wall_ms: profile.start_wall_ms.is_finite().then_some(profile.start_wall_ms),
-        stats: stats_fields(&mut stats).into_iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        stats: stats.fields_mut().into_iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         functions: symbols.map(|s| {
             s.functions
                 .iter()
@@ -233,6 +212,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
                 })
                 .collect()
         }),
+        js_names: profile.js_names.clone(),
         columns: COLUMNS[..ncols]
             .iter()
             .zip(lens)
@@ -400,7 +380,7 @@ fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
         }
     };
     let mut stats = StatsSnapshot::default();
-    for (k, v) in stats_fields(&mut stats) {
+    for (k, v) in stats.fields_mut() {
         *v = h.stats.get(k).copied().unwrap_or(0);
     }
     let profile = ProfileData {
@@ -425,6 +405,7 @@ fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
         start_wall_ms: h.start_wall_ms.unwrap_or(f64::NAN),
         stats,
         symbols,
+        js_names: h.js_names,
     };
     profile.validate().map_err(corrupt)?;
     Ok(profile)
@@ -447,7 +428,10 @@ mod tests {
         let mut p = sample_profile();
         p.stats.samples_captured = 4;
         p.stats.delivery_max_ns = u64::MAX;
-        p.frame_address[0] = u64::MAX;
+        // The largest address, and a JavaScript frame named by V8.
+        p.frame_address[0] = crate::core::backend::JS_FRAME_TAG - 1;
+        p.frame_address[1] = crate::core::backend::JS_FRAME_TAG;
+        p.js_names = vec!["JS:*fib /app/fib.js:3:13".into()];
         p.modules[0].end = u64::MAX;
         for symbols in [true, false] {
             if !symbols {

@@ -32,7 +32,7 @@ pub(crate) fn napi_fail(e: napi::Error) -> napi::Error<&'static str> {
     einval(e.reason.clone())
 }
 
-const OPTION_KEYS: &str = "intervalMs, maxStackDepth, nativeUnwinding, bufferSamples";
+const OPTION_KEYS: &str = "intervalMs, maxStackDepth, nativeUnwinding, bufferSamples, jsNames";
 
 fn number_option(key: &str, val: &Unknown, ty: ValueType) -> Result<f64, &'static str> {
     if ty != ValueType::Number {
@@ -93,6 +93,10 @@ fn parse_options(options: Unknown) -> Result<SamplerOptions, &'static str> {
                 out.native_unwinding = boolean(&val, ty, "options.nativeUnwinding")?;
                 out
             }
+            "jsNames" => {
+                out.js_names = boolean(&val, ty, "options.jsNames")?;
+                out
+            }
             other => return Err(einval(format!("unknown option '{other}'; valid options are {OPTION_KEYS}"))),
         };
     }
@@ -105,6 +109,41 @@ fn boolean(val: &Unknown, ty: ValueType, what: &str) -> Result<bool, &'static st
     }
     // SAFETY: the value's type was just checked to be Boolean.
     unsafe { val.cast::<bool>() }.map_err(napi_fail)
+}
+
+/// Why JavaScript frames cannot be named from V8 here, if they cannot.
+static V8_UNAVAILABLE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Runs once per JS environment that loads the addon (the main thread and
+/// each worker): registers the environment's V8 isolate, so samples of this
+/// thread get JavaScript frames, and unregisters it in the environment's
+/// cleanup hook, which Node runs on this thread before it disposes of the
+/// isolate (for a worker too, also when it is terminated).
+#[napi(module_exports)]
+pub fn init(_exports: Object, env: Env) -> napi::Result<()> {
+    match crate::v8::register_current_thread() {
+        Ok(reg) => {
+            crate::v8::frames::remember_ranges(reg.tid, reg.ranges);
+            env.add_env_cleanup_hook(reg.tid, |tid| {
+                crate::v8::unregister_current_thread();
+                crate::v8::frames::forget_ranges(tid);
+            })?;
+        }
+        Err(e) => {
+            *V8_UNAVAILABLE.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// @internal Why JavaScript frames cannot be named from V8 in this thread's
+/// environment (null if they can); `index.js` turns this into one warning.
+#[napi(js_name = "_jsNamesUnavailable")]
+pub fn js_names_unavailable() -> Option<String> {
+    if crate::control::js_frames_available() {
+        return None;
+    }
+    V8_UNAVAILABLE.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| Some("no JS thread registered".into()))
 }
 
 /// Starts sampling every thread of the process.
@@ -140,6 +179,10 @@ pub struct StartOptions {
     /// 100000000. Default 1000000. Samples beyond it are dropped and counted
     /// in `stats.samplesDropped`.
     pub buffer_samples: Option<u32>,
+    /// Name JavaScript frames from V8 while sampling (default true), on
+    /// every thread whose environment loaded the addon (workers created
+    /// after it loads get it preloaded). No command-line flags needed.
+    pub js_names: Option<bool>,
 }
 
 /// Sampler statistics. Counters cover the current (or last) session.
@@ -177,6 +220,8 @@ pub struct Stats {
     pub truncated_stacks: f64,
     /// Stacks whose frame chain ended cleanly at the thread's root.
     pub stacks_reaching_root: f64,
+    /// Samples with JavaScript frames from V8 merged in.
+    pub js_samples: f64,
     /// Sampler ticks run.
     pub ticks: f64,
     /// Ticks skipped because the sampler fell behind.
@@ -205,6 +250,7 @@ impl From<&StatsSnapshot> for Stats {
             idle_samples: s.idle_samples as f64,
             truncated_stacks: s.truncated_stacks as f64,
             stacks_reaching_root: s.stack_reaches_root as f64,
+            js_samples: s.js_samples as f64,
             ticks: s.ticks as f64,
             ticks_missed: s.ticks_missed as f64,
             sampler_cpu_ns: s.sampler_cpu_ns as f64,

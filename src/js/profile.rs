@@ -140,6 +140,10 @@ pub struct Profile<'env> {
     pub stats: Stats,
     /// Function names, once the profile has been symbolicated.
     pub symbols: Option<SymbolTable<'env>>,
+    /// Names of JavaScript frames, from V8: a frame address with the top
+    /// bit set (`>= 2n ** 63n`) is a JS function, and its low 32 bits index
+    /// this list. Names read `functionName (url:line:column)`.
+    pub js_names: Vec<String>,
 }
 
 impl<'env> SymbolTable<'env> {
@@ -198,6 +202,7 @@ impl<'env> Profile<'env> {
             start_wall_time_ms: d.start_wall_ms,
             stats: Stats::from(&d.stats),
             symbols: d.symbols.as_ref().map(|s| SymbolTable::from_symbols(env, s)).transpose()?,
+            js_names: d.js_names.clone(),
         })
     }
 }
@@ -289,6 +294,15 @@ fn string_array(obj: &Object, key: &str, path: &str) -> InResult<Vec<String>> {
     Vec::<String>::from_unknown(v).map_err(|_| einval(format!("{path}.{key} must be an array of strings")))
 }
 
+/// An array of strings, or [] when the property is absent.
+fn optional_string_array(obj: &Object, key: &str, path: &str) -> InResult<Vec<String>> {
+    let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
+    if v.get_type().map_err(napi_fail)? == ValueType::Undefined {
+        return Ok(Vec::new());
+    }
+    string_array(obj, key, path)
+}
+
 fn symbols_from_js(obj: &Object) -> InResult<Symbols> {
     let p = "profile.symbols";
     let fns = object_at(obj, "functions", p)?;
@@ -318,37 +332,19 @@ fn symbols_from_js(obj: &Object) -> InResult<Symbols> {
 }
 
 fn stats_from_js(obj: &Object) -> InResult<StatsSnapshot> {
-    let get = |k: &str| -> u64 {
-        obj.get_named_property::<Unknown>(k)
+    let mut stats = StatsSnapshot::default();
+    for (key, field) in stats.fields_mut() {
+        *field = obj
+            .get_named_property::<Unknown>(key)
             .ok()
             .filter(|v| v.get_type().ok() == Some(ValueType::Number))
             // SAFETY: the type was just checked to be Number.
             .and_then(|v| unsafe { v.cast::<f64>() }.ok())
             .filter(|n| n.is_finite() && *n >= 0.0)
             .map(|n| n as u64)
-            .unwrap_or(0)
-    };
-    Ok(StatsSnapshot {
-        samples_captured: get("samplesCaptured"),
-        samples_dropped: get("samplesDropped"),
-        threads_sampled: get("threadsSampled"),
-        threads_skipped: get("threadsSkipped"),
-        total_suspend_ns: get("totalSuspendNs"),
-        max_suspend_ns: get("maxSuspendNs"),
-        walk_errors: get("walkErrors"),
-        idle_samples: get("idleSamples"),
-        truncated_stacks: get("truncatedStacks"),
-        ticks: get("ticks"),
-        ticks_missed: get("ticksMissed"),
-        sampler_cpu_ns: get("samplerCpuNs"),
-        stack_reaches_root: get("stacksReachingRoot"),
-        suspend_p50_ns: get("suspendP50Ns"),
-        suspend_p99_ns: get("suspendP99Ns"),
-        delivery_p50_ns: get("deliveryP50Ns"),
-        delivery_p99_ns: get("deliveryP99Ns"),
-        delivery_max_ns: get("deliveryMaxNs"),
-        thread_count: get("threadCount"),
-    })
+            .unwrap_or(0);
+    }
+    Ok(stats)
 }
 
 /// Reads a `Profile` object back into `ProfileData`, validating it.
@@ -426,6 +422,7 @@ pub fn profile_from_js(value: Unknown) -> InResult<ProfileData> {
         start_wall_ms: number(&obj, "startWallTimeMs", p)?,
         stats,
         symbols,
+        js_names: optional_string_array(&obj, "jsNames", p)?,
     };
     data.validate().map_err(|e| einval(format!("profile is inconsistent: {e}")))?;
     Ok(data)

@@ -26,6 +26,15 @@ pub fn loaded_modules() -> Vec<crate::profile::Module> {
     }
 }
 
+/// Turns capture of V8's JavaScript frames, alongside each native stack,
+/// on or off.
+pub fn set_js_frames(on: bool) {
+    #[cfg(target_os = "linux")]
+    linux::signal::set_js_frames(on);
+    #[cfg(target_vendor = "apple")]
+    macos::set_js_frames(on);
+}
+
 /// Creates the backend for this platform, ready for a sampling session.
 pub fn new_backend() -> Result<NativeBackend, SamplerError> {
     NativeBackend::new()

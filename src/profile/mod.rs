@@ -4,6 +4,7 @@
 //! This is the one model that symbolization, the exporters and the file
 //! format share. The JS `Profile` object is the same data as typed arrays.
 
+use crate::core::backend::JS_FRAME_TAG;
 use crate::core::sampler::{Recording, ThreadRecord};
 use crate::core::stats::StatsSnapshot;
 
@@ -112,6 +113,9 @@ pub struct ProfileData {
     pub start_wall_ms: f64,
     pub stats: StatsSnapshot,
     pub symbols: Option<Symbols>,
+    /// Names of JavaScript frames: a frame address with `JS_FRAME_TAG` set
+    /// is a JS function, its low 32 bits an index here.
+    pub js_names: Vec<String>,
 }
 
 impl ProfileData {
@@ -136,6 +140,7 @@ impl ProfileData {
             start_wall_ms: rec.start_wall_ms,
             stats: rec.stats,
             symbols: None,
+            js_names: rec.js_names,
         }
     }
 
@@ -182,6 +187,15 @@ impl ProfileData {
                 return Err(format!("stack {i} has parent {p}; a parent must come before its child"));
             }
         }
+        if let Some(i) =
+            self.frame_address.iter().position(|&a| js_frame_index(a).is_some_and(|j| j >= self.js_names.len()))
+        {
+            return Err(format!(
+                "frame {i} names JavaScript function {} of {}",
+                self.frame_address[i] as u32,
+                self.js_names.len()
+            ));
+        }
         if let Some(sym) = &self.symbols {
             if sym.frame_function.len() != self.frame_address.len() || sym.frame_line.len() != self.frame_address.len()
             {
@@ -196,6 +210,12 @@ impl ProfileData {
         }
         Ok(())
     }
+}
+
+/// For a frame address that stands for a JavaScript function (top bit
+/// set), the index of its name in `ProfileData::js_names`.
+pub fn js_frame_index(addr: u64) -> Option<usize> {
+    (addr & JS_FRAME_TAG != 0).then_some((addr & 0xffff_ffff) as usize)
 }
 
 pub struct StackFrames<'a> {
@@ -259,6 +279,7 @@ pub(crate) mod tests {
                     })
                     .collect(),
             }),
+            js_names: Vec::new(),
         }
     }
 

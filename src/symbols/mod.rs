@@ -8,6 +8,8 @@
 //! only; we must also build for macOS).
 //!
 //! Each frame is resolved, in order, by:
+//! 0. for a JavaScript frame V8 named while sampling (see `crate::v8`), that
+//!    name;
 //! 1. the module containing it (from the profile's module table): the
 //!    nearest symbol at or below its file address, demangled, with file:line
 //!    from DWARF where present;
@@ -31,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashMap;
 
-use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
+use crate::profile::{js_frame_index, Function, FunctionKind, ProfileData, Symbols};
 use module::ModuleSymbols;
 use perfmap::{parse_name, PerfMap};
 
@@ -81,6 +83,7 @@ fn caller_frames(profile: &ProfileData) -> Vec<bool> {
 enum FunctionKey {
     Native { module: usize, start: u64 },
     Jit(usize),
+    V8(usize),
     Unknown(u64),
 }
 
@@ -112,6 +115,17 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
     };
 
     for (i, &addr) in profile.frame_address.iter().enumerate() {
+        if let Some(j) = js_frame_index(addr) {
+            // Named by V8 when the sample was taken.
+            let raw = profile.js_names.get(j).map_or("", String::as_str);
+            let f = intern(FunctionKey::V8(j), &mut || {
+                let n = parse_name(raw);
+                Function { name: n.display, module: -1, file: n.file, line: n.line, kind: FunctionKind::Js }
+            });
+            frame_function.push(f);
+            frame_line.push(0);
+            continue;
+        }
         let probe = if caller[i] { addr.saturating_sub(1) } else { addr };
         let module = module_of(probe);
         if let Some(mi) = module {
@@ -194,6 +208,19 @@ mod tests {
         assert_eq!(name(2), "b (/app.js:5:3)"); // leaf: 0x3000 itself
         let b = &s.functions[s.frame_function[2] as usize];
         assert_eq!((b.kind, b.file.as_str(), b.line), (FunctionKind::Js, "/app.js", 5));
+    }
+
+    #[test]
+    fn v8_named_frames_use_their_names() {
+        let mut p = sample_profile();
+        p.js_names = vec!["JS:*fib /app/fib.js:3:13".into()];
+        p.frame_address[2] = crate::core::backend::JS_FRAME_TAG;
+        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()) });
+        let f = &s.functions[s.frame_function[2] as usize];
+        assert_eq!(
+            (f.name.as_str(), f.file.as_str(), f.line, f.kind),
+            ("fib (/app/fib.js:3:13)", "/app/fib.js", 3, FunctionKind::Js)
+        );
     }
 
     #[test]

@@ -28,35 +28,26 @@ pub struct JitName {
     pub is_js: bool,
 }
 
-/// Parses V8's perf-map names. JavaScript functions appear as
-/// `JS:<tier><name> <url>:<line>:<column>` (Node 20+) or
-/// `LazyCompile:<tier><name> <url>:<line>` (Node 18), where the tier mark is
-/// `*` (optimized), `~` (interpreted or baseline), `^` (Sparkplug) or `+`
-/// (Maglev), followed in newer V8 by `'` for context-specialized code.
+/// Splits V8's function name text (as in the perf map, or reported by V8's
+/// code events) into the name shown and its source location.
 pub fn parse_name(raw: &str) -> JitName {
-    let plain = JitName { display: raw.to_string(), file: String::new(), line: 0, is_js: false };
-    let Some((kind, rest)) = raw.split_once(':') else { return plain };
-    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval") {
-        return plain;
-    }
-    let rest = rest.trim_start_matches(['*', '~', '^', '+', '\'']);
-    // The location is the last space-separated word: url:line[:column].
-    let (name, location) = match rest.rsplit_once(' ') {
-        Some((n, loc)) => (n.trim(), loc),
-        None => ("", rest),
-    };
-    let name = if name.is_empty() { "(anonymous)" } else { name };
-    let display = format!("{name} ({location})");
+    let n = crate::v8::parse_js_name(raw);
+    let (file, line) = split_location(&n.location);
+    JitName { display: n.display, file, line, is_js: n.is_js }
+}
+
+/// `url:line[:column]` to (url, line); a location without a line number is
+/// all url.
+pub fn split_location(location: &str) -> (String, u32) {
     let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let (file, line) = match location.rsplitn(3, ':').collect::<Vec<_>>()[..] {
-        [col, line, file] if numeric(col) && numeric(line) => (file, line.parse().unwrap_or(0)),
+    match location.rsplitn(3, ':').collect::<Vec<_>>()[..] {
+        [col, line, file] if numeric(col) && numeric(line) => (file.to_string(), line.parse().unwrap_or(0)),
         [line, ..] if numeric(line) => {
             let file = location.rsplit_once(':').map_or(location, |(f, _)| f);
-            (file, line.parse().unwrap_or(0))
+            (file.to_string(), line.parse().unwrap_or(0))
         }
-        _ => (location, 0),
-    };
-    JitName { display, file: file.to_string(), line, is_js: true }
+        _ => (location.to_string(), 0),
+    }
 }
 
 #[derive(Debug, Default)]

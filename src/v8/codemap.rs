@@ -413,7 +413,11 @@ pub fn parse_js_name(raw: &str) -> JsName {
     };
     let tier = rest.chars().take_while(|c| MARKS.contains(c)).find(|c| *c != '\'');
     let rest = rest.trim_start_matches(MARKS);
-    let (function, location) = match rest.rsplit_once(' ') {
+    // V8 writes `name url:line:col`. A url can hold a space (`[worker
+    // eval]`), and so can an inferred name (`get foo`), so a bracketed url
+    // is found by its bracket, any other by the last space.
+    let split = rest.find(" [").map(|i| (&rest[..i], &rest[i + 1..])).or_else(|| rest.rsplit_once(' '));
+    let (function, location) = match split {
         Some((n, loc)) => (n.trim(), loc.trim()),
         None if looks_like_location(rest) => ("", rest.trim()),
         None => (rest.trim(), ""),
@@ -441,6 +445,15 @@ mod tests {
     use proptest::prelude::*;
 
     const FIB: &str = "JS:*fib /app/fib.js:3:13";
+
+    #[test]
+    fn names_with_bracketed_urls() {
+        let n = parse_js_name("JS:*hot [worker eval]:1:19");
+        assert_eq!((n.function.as_str(), n.location.as_str()), ("hot", "[worker eval]:1:19"));
+        assert_eq!(n.display, "hot ([worker eval]:1:19)");
+        let n = parse_js_name("JS:~get size /app/a.js:2:3");
+        assert_eq!((n.function.as_str(), n.location.as_str()), ("get size", "/app/a.js:2:3"));
+    }
 
     #[test]
     fn add_lookup_and_overlap_eviction() {

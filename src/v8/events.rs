@@ -65,12 +65,18 @@ use super::api::{api, Api, CodeRange, Isolate};
 use super::codemap::{CodeKind, CodeMap};
 use super::registry::{self, Registered};
 
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock of code events and, on
-/// Linux, of the signal handler's sample timestamps.
+/// The clock of code events, which must be the clock of sample timestamps:
+/// `CLOCK_MONOTONIC` on Linux (the signal handler's), and on macOS
+/// `CLOCK_UPTIME_RAW`, which is `mach_absolute_time` in nanoseconds (the
+/// Mach backend's).
 pub fn now_ns() -> u64 {
+    #[cfg(target_vendor = "apple")]
+    const CLOCK: libc::clockid_t = libc::CLOCK_UPTIME_RAW;
+    #[cfg(not(target_vendor = "apple"))]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(CLOCK, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -400,6 +406,17 @@ impl V8Ranges {
     pub fn canonical(&self, addr: u64) -> u64 {
         if self.embedded_alias.contains(addr) {
             addr - self.embedded_alias.start + self.embedded.start
+        } else {
+            addr
+        }
+    }
+
+    /// The other way: `addr` in the binary's copy of the builtins, moved to
+    /// the remapped copy (if there is one).
+    #[inline]
+    pub fn aliased(&self, addr: u64) -> u64 {
+        if self.embedded_alias.len > 0 && self.embedded.contains(addr) {
+            addr - self.embedded.start + self.embedded_alias.start
         } else {
             addr
         }

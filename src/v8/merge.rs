@@ -168,17 +168,28 @@ pub fn is_interpreter_name(raw: &str) -> bool {
         || raw.starts_with("Builtin:InterpreterEnter")
 }
 
+/// Looks `addr` up as it is and, for an address in the embedded builtins,
+/// in the other copy too: V8 reports builtins at the binary's copy on some
+/// versions (Node 20) and at the copy remapped into the code range on
+/// others (Node 22+), while native stacks hold whichever copy ran.
+pub fn lookup_code<'m>(map: &'m CodeMap, ranges: &V8Ranges, addr: u64, t: u64) -> Option<super::codemap::Hit<'m>> {
+    map.lookup(addr, t).or_else(|| {
+        let other = match ranges.canonical(addr) {
+            c if c != addr => c,
+            _ => ranges.aliased(addr),
+        };
+        (other != addr).then(|| map.lookup(other, t)).flatten()
+    })
+}
+
 /// A classifier from the code map as of time `t` (call with the map locked;
 /// the closure borrows it).
 pub fn classifier<'a>(map: &'a CodeMap, ranges: &'a V8Ranges, t: u64) -> impl Fn(u64) -> AddrClass + 'a {
-    move |addr| {
-        let addr = ranges.canonical(addr);
-        match map.lookup(addr, t) {
-            Some(h) if h.kind == CodeKind::Bytecode => AddrClass::Bytecode,
-            Some(h) if is_interpreter_name(h.raw) => AddrClass::InterpreterSlot,
-            Some(h) if parse_js_name(h.raw).is_js => AddrClass::JsCode,
-            _ => AddrClass::Other,
-        }
+    move |addr| match lookup_code(map, ranges, addr, t) {
+        Some(h) if h.kind == CodeKind::Bytecode => AddrClass::Bytecode,
+        Some(h) if is_interpreter_name(h.raw) => AddrClass::InterpreterSlot,
+        Some(h) if parse_js_name(h.raw).is_js => AddrClass::JsCode,
+        _ => AddrClass::Other,
     }
 }
 

@@ -77,6 +77,7 @@ pub mod abi;
 pub mod api;
 pub mod codemap;
 pub mod events;
+pub mod frames;
 pub mod merge;
 pub mod registry;
 pub mod remap;

@@ -326,6 +326,8 @@ impl Backend for LinuxBackend {
                     stopped_ns: d.exit_ns.saturating_sub(d.enter_ns),
                     delivery_ns: Some(d.enter_ns.saturating_sub(d.sent_ns)),
                     walk_error: false,
+                    js: d.js,
+                    tos: d.tos,
                 }));
             }
             slot.consume();

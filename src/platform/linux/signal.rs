@@ -44,6 +44,8 @@ const CHUNK_SLOTS: usize = 32;
 const MAX_CHUNKS: usize = 256;
 /// Threads that can be sampled at once.
 pub const MAX_SLOTS: usize = CHUNK_SLOTS * MAX_CHUNKS;
+/// JavaScript frames kept per sample (from V8's `GetStackSample`).
+pub const SLOT_JS_FRAMES: usize = 256;
 
 const FREE: u64 = 0;
 const ARMED: u64 = 1;
@@ -79,10 +81,13 @@ pub struct Slot {
     sp: AtomicU64,
     enter_ns: AtomicU64,
     exit_ns: AtomicU64,
+    js_count: AtomicU32,
+    tos: AtomicU64,
     frames: UnsafeCell<[u64; SLOT_FRAMES]>,
+    js_frames: UnsafeCell<[u64; SLOT_JS_FRAMES]>,
 }
 
-// SAFETY: `frames` is written only by the handler that won the
+// SAFETY: `frames` and `js_frames` are written only by the handler that won the
 // ARMED -> WRITING CAS and read only by the sampler after it observed DONE
 // with Acquire ordering, so accesses never overlap; all other fields are
 // atomics.
@@ -151,6 +156,10 @@ pub enum Harvest<'a> {
 /// What a handler recorded.
 pub struct SlotData<'a> {
     pub frames: &'a [u64],
+    /// V8's JavaScript frames for the same stop, leaf first.
+    pub js: &'a [u64],
+    /// The word at the stack pointer, or 0.
+    pub tos: u64,
     pub end: WalkEnd,
     pub flags: u8,
     pub sp: u64,
@@ -209,6 +218,10 @@ impl Slot {
         // handler can write again until the sampler re-arms the slot.
         let all: &[u64; SLOT_FRAMES] = unsafe { &*self.frames.get() };
         let frames = &all[..depth];
+        let js_depth = (self.js_count.load(Ordering::Relaxed) as usize).min(SLOT_JS_FRAMES);
+        // SAFETY: as for `frames`.
+        let js_all: &[u64; SLOT_JS_FRAMES] = unsafe { &*self.js_frames.get() };
+        let js = &js_all[..js_depth];
         let end = match self.end.load(Ordering::Relaxed) {
             0 => WalkEnd::Complete,
             1 => WalkEnd::Truncated,
@@ -218,6 +231,8 @@ impl Slot {
         // Leave it DONE (the data stays readable); `arm` accepts DONE.
         Harvest::Done(SlotData {
             frames,
+            js,
+            tos: self.tos.load(Ordering::Relaxed),
             end,
             flags: self.flags.load(Ordering::Relaxed),
             sp: self.sp.load(Ordering::Relaxed),
@@ -299,6 +314,13 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static PID: AtomicI32 = AtomicI32::new(0);
 /// Whether the TCB clamp applies (glibc-style layout, checked at install).
 static TCB_ABOVE_STACK: AtomicBool = AtomicBool::new(false);
+/// Whether handlers also ask V8 for the thread's JavaScript frames.
+static JS_FRAMES: AtomicBool = AtomicBool::new(false);
+
+/// Turns V8 JavaScript frame capture in the handler on or off.
+pub fn set_js_frames(on: bool) {
+    JS_FRAMES.store(on, Ordering::Release);
+}
 static INSTALL: Mutex<()> = Mutex::new(());
 
 #[inline]
@@ -400,7 +422,27 @@ unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
         // the pc and sp so the sampler can look the stack up.
         (walk_stack(&regs, StackBounds::EMPTY, max_depth.min(1), frames), FLAG_BOUNDS_MISS)
     };
+    // V8's own sampler on the same registers: JavaScript frames for the
+    // symbolizer, including interpreted ones the native walk only sees as
+    // the interpreter. It is async-signal-safe by design (V8's profiler
+    // calls it from its SIGPROF handler); see `crate::v8::sample`.
+    let mut js_count = 0;
+    let mut tos = 0;
+    if JS_FRAMES.load(Ordering::Acquire) && flags == 0 && max_depth > 1 {
+        if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
+            // SAFETY: `bounds` contains sp (checked above, flags == 0) and
+            // the 8 bytes at sp end within it; the memory is this thread's
+            // own stack.
+            tos = unsafe { core::ptr::read_volatile(regs.sp as *const u64) };
+        }
+        // SAFETY: as for `frames`: this handler owns the slot until DONE.
+        let js = unsafe { &mut *slot.js_frames.get() };
+        let limit = max_depth.min(SLOT_JS_FRAMES);
+        js_count = crate::v8::sample_js(&regs, &mut js[..limit]).count as u32;
+    }
     drop(window);
+    slot.js_count.store(js_count, Ordering::Relaxed);
+    slot.tos.store(tos, Ordering::Relaxed);
     slot.depth.store(walk.depth as u32, Ordering::Relaxed);
     slot.end.store(
         match walk.end {

@@ -106,7 +106,7 @@ pub mod modules;
 pub mod threads;
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, PoisonError};
 
 use mach2::kern_return::{kern_return_t, KERN_SUCCESS};
@@ -121,9 +121,11 @@ use crate::core::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipR
 use crate::core::critical::StoppedWindow;
 use crate::core::error::SamplerError;
 use crate::core::options::MAX_STACK_DEPTH_MAX;
+/// JavaScript frames kept per sample (from V8's `GetStackSample`).
+const JS_FRAMES_MAX: usize = 256;
 use crate::core::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
 use crate::core::timebase::Timebase;
-use crate::core::walker::{walk_stack, Registers, StackBounds, Walk, WalkEnd};
+use crate::core::walker::{strip_pointer_tag, walk_stack, Registers, StackBounds, Walk, WalkEnd};
 use crate::platform::mach_logic::{self as logic, FoundThread, KernOutcome};
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
@@ -266,6 +268,10 @@ enum Stopped {
     Walked {
         walk: Walk,
         walk_error: bool,
+        /// JavaScript frames V8 reported (in the backend's `js_frames`).
+        js_count: usize,
+        /// The word at the stack pointer (see `CapturedStack::tos`).
+        tos: u64,
     },
     /// It had logged its exit, or `thread_get_state` says it is gone.
     Gone,
@@ -291,10 +297,26 @@ fn read_registers(port: thread_act_t) -> Result<Registers, kern_return_t> {
     Ok(arch::registers(&state))
 }
 
+/// Whether to ask V8 for the JavaScript frames of stopped threads.
+static JS_FRAMES: AtomicBool = AtomicBool::new(false);
+
+/// Turns V8 JavaScript frame capture on or off.
+pub fn set_js_frames(on: bool) {
+    JS_FRAMES.store(on, Ordering::Release);
+}
+
 /// The work inside the stopped window. No allocation, no lock, no lazily
-/// bound call: atomics, `thread_get_state`, and the walk.
+/// bound call: atomics, `thread_get_state`, the walk, and V8's own stack
+/// sampler (async-signal-safe by design; see `crate::v8::sample`).
 #[inline(always)]
-fn capture_stopped(port: thread_act_t, entry: &ThreadEntry, depth: usize, mask: u64, frames: &mut [u64]) -> Stopped {
+fn capture_stopped(
+    port: thread_act_t,
+    entry: &ThreadEntry,
+    depth: usize,
+    mask: u64,
+    frames: &mut [u64],
+    js: &mut [u64],
+) -> Stopped {
     if EXITS.contains(entry.tid) {
         // It stopped after its exit hook: its stack may already be unmapped.
         return Stopped::Gone;
@@ -310,10 +332,30 @@ fn capture_stopped(port: thread_act_t, entry: &ThreadEntry, depth: usize, mask: 
     };
     let bounds = entry.stack;
     if bounds.contains(regs.sp) {
-        Stopped::Walked { walk: walk_stack(&regs, bounds, depth, frames), walk_error: false }
+        let walk = walk_stack(&regs, bounds, depth, frames);
+        let (js_count, tos) = if JS_FRAMES.load(Ordering::Acquire) && depth > 1 {
+            let limit = depth.min(js.len());
+            let count = crate::v8::sample_js_stopped_thread(entry.tid, &regs, &mut js[..limit]).count;
+            let tos = if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
+                // SAFETY: the 8 bytes at sp lie within the thread's stack
+                // bounds, which contain sp; the thread is suspended.
+                strip_pointer_tag(unsafe { core::ptr::read_volatile(regs.sp as *const u64) }) & mask
+            } else {
+                0
+            };
+            (count, tos)
+        } else {
+            (0, 0)
+        };
+        Stopped::Walked { walk, walk_error: false, js_count, tos }
     } else {
         // Unknown stack: record the pc, read no memory.
-        Stopped::Walked { walk: walk_stack(&regs, StackBounds::EMPTY, depth.min(1), frames), walk_error: true }
+        Stopped::Walked {
+            walk: walk_stack(&regs, StackBounds::EMPTY, depth.min(1), frames),
+            walk_error: true,
+            js_count: 0,
+            tos: 0,
+        }
     }
 }
 
@@ -322,6 +364,8 @@ pub struct MachBackend {
     address_mask: u64,
     /// Walk output, preallocated: the window cannot allocate.
     frames: Box<[u64]>,
+    /// V8's JavaScript frames, preallocated likewise.
+    js_frames: Box<[u64]>,
     /// Scratch: the hook registry's live entries, sorted by tid.
     tracked: Vec<ThreadEntry>,
     /// Scratch for `sync_session` and rescans.
@@ -348,6 +392,7 @@ impl MachBackend {
             timebase: c.timebase,
             address_mask: c.address_mask,
             frames: vec![0u64; MAX_STACK_DEPTH_MAX].into_boxed_slice(),
+            js_frames: vec![0u64; JS_FRAMES_MAX].into_boxed_slice(),
             tracked: Vec::with_capacity(64),
             scratch: Vec::with_capacity(64),
             found: Vec::with_capacity(64),
@@ -522,7 +567,7 @@ impl Backend for MachBackend {
             let window = StoppedWindow::enter();
             window.fault_injection_point();
             let stopped_at = now_ticks();
-            let outcome = capture_stopped(port, entry, depth, mask, &mut self.frames);
+            let outcome = capture_stopped(port, entry, depth, mask, &mut self.frames, &mut self.js_frames);
             // SAFETY: undoes the suspend above, on every path. A failure
             // means the thread died while stopped, which leaves nothing to
             // resume.
@@ -531,9 +576,10 @@ impl Backend for MachBackend {
             let t1 = now_ticks();
 
             match outcome {
-                Stopped::Walked { walk, walk_error } => {
+                Stopped::Walked { walk, walk_error, js_count, tos } => {
                     let frames = &mut self.frames[..walk.depth];
                     logic::mask_frames(frames, mask);
+                    let js = &self.js_frames[..js_count.min(self.js_frames.len())];
                     sink(Capture::Stack(CapturedStack {
                         tid,
                         time_ns: tb.ticks_to_ns(stopped_at),
@@ -542,6 +588,8 @@ impl Backend for MachBackend {
                         stopped_ns: logic::elapsed_ns(&tb, t0, t1),
                         delivery_ns: None,
                         walk_error,
+                        js,
+                        tos,
                     }));
                 }
                 Stopped::Gone => {
@@ -556,6 +604,8 @@ impl Backend for MachBackend {
                     stopped_ns: logic::elapsed_ns(&tb, t0, t1),
                     delivery_ns: None,
                     walk_error: true,
+                    js: &[],
+                    tos: 0,
                 })),
             }
         }

@@ -1,0 +1,158 @@
+//! The sampler's side of JavaScript frames: merging what `GetStackSample`
+//! reported into the native stack, and naming the JS frames while the code
+//! map still knows them.
+//!
+//! Names are resolved when a sample is harvested (on the sampler thread,
+//! the sampled thread already running again), not when the profile is
+//! symbolized: V8 moves and frees code, and the map keeps only a bounded
+//! number of dead entries, so a late lookup could miss. Each distinct JS
+//! function (by displayed name, whatever its tier) becomes one tagged frame
+//! (`JS_FRAME_TAG | index` into [`V8JsFrames::names`], which keeps V8's
+//! text of the first code object seen, e.g. `JS:*fib /app/fib.js:3:13`); an
+//! address the map does not know stays a plain address, for the perf map or
+//! `0x…` later.
+
+use std::sync::{Mutex, PoisonError};
+
+use rustc_hash::FxHashMap;
+
+use super::codemap::parse_js_name;
+use super::events::{code_map, V8Ranges};
+use super::merge::{classifier, lookup_code, merge_stacks, AddrClass, Merged};
+use crate::core::backend::{CapturedStack, JsFrames, JS_FRAME_TAG};
+
+/// Ranges recorded when each JS thread registered, by tid. Read at harvest
+/// time, when the thread's isolate may already be gone, so they are copied
+/// here rather than asked of the isolate.
+static RANGES: Mutex<Option<FxHashMap<u64, V8Ranges>>> = Mutex::new(None);
+
+/// Remembers a JS thread's ranges (call when it registers).
+pub fn remember_ranges(tid: u64, ranges: V8Ranges) {
+    RANGES.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(FxHashMap::default).insert(tid, ranges);
+}
+
+/// Forgets them (call when it unregisters).
+pub fn forget_ranges(tid: u64) {
+    if let Some(m) = RANGES.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        m.remove(&tid);
+    }
+}
+
+fn ranges_of(tid: u64) -> V8Ranges {
+    RANGES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|m| m.get(&tid).copied())
+        .unwrap_or_default()
+}
+
+/// Names collected over one session.
+#[derive(Default)]
+pub struct V8JsFrames {
+    names: Vec<String>,
+    index: FxHashMap<String, u32>,
+    native: Vec<u64>,
+    merged: Vec<Merged>,
+}
+
+impl V8JsFrames {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn intern(&mut self, raw: &str) -> u64 {
+        let display = parse_js_name(raw).display;
+        let next = self.names.len() as u32;
+        let i = *self.index.entry(display).or_insert_with(|| {
+            self.names.push(raw.to_string());
+            next
+        });
+        JS_FRAME_TAG | i as u64
+    }
+}
+
+/// True if `addr` is in V8's builtins (either copy).
+fn in_builtins(ranges: &V8Ranges, addr: u64) -> bool {
+    ranges.embedded.contains(addr) || ranges.embedded_alias.contains(addr)
+}
+
+impl JsFrames for V8JsFrames {
+    fn merge(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
+        let ranges = ranges_of(c.tid);
+        let map = code_map();
+        let classify = classifier(&map, &ranges, c.time_ns);
+        // A thread stopped in one of the builtins Sparkplug (baseline)
+        // code calls without a frame (`*_Baseline`: arithmetic, compares,
+        // ...) has its caller's return address on top of the stack, and a
+        // frame-pointer walk, like GetStackSample, skips that caller. V8's
+        // own profiler recovers it from the top of the stack; so do we. Only
+        // for those builtins: elsewhere the word at sp may be a stale return
+        // address left by an earlier call.
+        self.native.clear();
+        self.native.extend_from_slice(c.frames);
+        let frameless_leaf = c.frames.first().is_some_and(|&pc| {
+            in_builtins(&ranges, pc)
+                && lookup_code(&map, &ranges, pc, c.time_ns).is_some_and(|h| h.raw.ends_with("_Baseline"))
+        });
+        if frameless_leaf && c.tos != 0 && c.frames.get(1) != Some(&c.tos) && classify(c.tos) == AddrClass::JsCode {
+            self.native.insert(1, c.tos);
+        }
+        self.merged.clear();
+        merge_stacks(&self.native, c.end, c.js, &classify, &mut self.merged);
+        let merged = std::mem::take(&mut self.merged);
+        for m in &merged {
+            match *m {
+                // A builtin run from the copy V8 remapped into its code
+                // range is named at the binary's copy (`Builtins_*`).
+                Merged::Native(addr) => out.push(ranges.canonical(addr)),
+                Merged::Js { addr, .. } => match lookup_code(&map, &ranges, addr, c.time_ns) {
+                    Some(hit) => out.push(self.intern(hit.raw)),
+                    None => out.push(addr),
+                },
+            }
+        }
+        self.merged = merged;
+    }
+
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::walker::WalkEnd;
+
+    #[test]
+    fn interning_tags_and_dedups() {
+        let mut f = V8JsFrames::new();
+        let a = f.intern("JS:~fib /a.js:1:1");
+        let b = f.intern("JS:*main /a.js:9:1");
+        // The same function at another tier is the same frame.
+        assert_eq!(f.intern("JS:*fib /a.js:1:1"), a);
+        assert_eq!(a, JS_FRAME_TAG);
+        assert_eq!(b, JS_FRAME_TAG | 1);
+        assert_eq!(f.names(), &["JS:~fib /a.js:1:1".to_string(), "JS:*main /a.js:9:1".to_string()]);
+    }
+
+    #[test]
+    fn without_v8_frames_the_native_stack_passes_through() {
+        let mut f = V8JsFrames::new();
+        let mut out = Vec::new();
+        let c = CapturedStack {
+            tid: 1,
+            time_ns: 0,
+            frames: &[0x1000, 0x2000],
+            end: WalkEnd::Complete,
+            stopped_ns: 0,
+            delivery_ns: None,
+            walk_error: false,
+            js: &[],
+            tos: 0x1234,
+        };
+        f.merge(&c, &mut out);
+        assert_eq!(out, vec![0x1000, 0x2000]);
+    }
+}

@@ -75,6 +75,12 @@ export declare function _benchSignalRoundTrip(iterations: number): Array<number>
 export declare function _jsNamesUnavailable(): string | null
 
 /**
+ * @internal Stops V8's code events if no session runs (see
+ * `control::release_js_names_if_idle`); index.js calls it after stop().
+ */
+export declare function _releaseJsNames(): void
+
+/**
  * Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
  * without starting: the CLI validates `--interval` and `--depth` before it
  * runs the program. `undefined` means the default.

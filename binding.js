@@ -849,6 +849,7 @@ module.exports.__v8Stats = nativeBinding.__v8Stats
 module.exports.__v8Unregister = nativeBinding.__v8Unregister
 module.exports._benchSignalRoundTrip = nativeBinding._benchSignalRoundTrip
 module.exports._jsNamesUnavailable = nativeBinding._jsNamesUnavailable
+module.exports._releaseJsNames = nativeBinding._releaseJsNames
 module.exports.checkRecordOptions = nativeBinding.checkRecordOptions
 module.exports.exportProfile = nativeBinding.exportProfile
 module.exports.formatFromPath = nativeBinding.formatFromPath

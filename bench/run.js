@@ -138,6 +138,9 @@ function overhead(results, perfOk) {
 function disruption(results) {
   const cores = os.cpus().length
   const fit = runNode(path.join(WL, 'cpu.js'), { env: { BENCH_SECONDS: String(cfg.seconds), BENCH_WORKERS: String(Math.max(0, cores - 2)), BENCH_SAMPLER_INTERVAL: '1' } })
+  // The same without V8's GetStackSample in the handler: the cost of JS
+  // names inside the stopped window, measured on its own.
+  const fitNoJs = runNode(path.join(WL, 'cpu.js'), { env: { BENCH_SECONDS: String(cfg.seconds), BENCH_WORKERS: String(Math.max(0, cores - 2)), BENCH_SAMPLER_INTERVAL: '1', BENCH_JS_NAMES: '0' } })
   const over = runNode(path.join(WL, 'cpu.js'), { env: { BENCH_SECONDS: String(cfg.seconds), BENCH_WORKERS: String(cores * 2), BENCH_SAMPLER_INTERVAL: '1' } })
   const rt = require(path.join(ROOT, 'binding.js'))._benchSignalRoundTrip(QUICK ? 20000 : 100000).sort((a, b) => a - b)
   const pick = (r, busy) => ({
@@ -154,6 +157,7 @@ function disruption(results) {
     note: 'Time a sampled thread is stopped per sample: signal-handler entry to exit (Linux), from the sampler histogram (bucket upper edges, within 12.5 %). The kernel share is an empty signal round trip to the calling thread.',
     cores,
     threadsWithinCores: pick(fit, Math.max(1, cores - 1)),
+    threadsWithinCoresNoJsNames: pick(fitNoJs, Math.max(1, cores - 1)),
     oversubscribed: pick(over, cores * 2 + 1),
     kernelRoundTrip: { p50Ns: percentile(rt, 0.5), p99Ns: percentile(rt, 0.99), samples: rt.length },
   }
@@ -528,6 +532,8 @@ function table(r) {
     const b = d.oversubscribed
     rows.push([`stop p50 / p99 (${a.busyThreads} busy, ${d.cores} cores)`, `${fmtNs(a.suspendP50Ns)} / ${fmtNs(a.suspendP99Ns)}`, '-', '-', '≤ 2 µs / ≤ 20 µs'])
     rows.push(['stop max (threads ≤ cores)', fmtNs(a.suspendMaxNs), '-', '-', '< 100 µs (seed)'])
+    const n = d.threadsWithinCoresNoJsNames
+    if (n) rows.push(['stop p50 / p99 without JS names (native walk only)', `${fmtNs(n.suspendP50Ns)} / ${fmtNs(n.suspendP99Ns)}`, '-', '-', 'report'])
     rows.push([`stop p50 / p99 (oversubscribed, ${b.busyThreads} busy)`, `${fmtNs(b.suspendP50Ns)} / ${fmtNs(b.suspendP99Ns)}`, '-', '-', 'report'])
     rows.push(['signal delivery p50 / p99 (oversubscribed)', `${fmtNs(b.deliveryP50Ns)} / ${fmtNs(b.deliveryP99Ns)}`, '-', '-', 'report'])
     rows.push(['kernel share: empty signal round trip p50', fmtNs(d.kernelRoundTrip.p50Ns), '-', '-', 'report'])

@@ -11,6 +11,10 @@
 //   onProfile    profile() only: called with each call's profile
 
 const binding = require('../binding.js')
+// start() and stop() through index.js, whose wrappers add the one-time JS
+// names warning and the release of V8's code events; required when called,
+// since index.js requires this file.
+const api = () => require('../index.js')
 
 const OWN_KEYS = ['symbolicate', 'output', 'format', 'onProfile']
 
@@ -47,7 +51,7 @@ function split(options, allowOnProfile) {
 
 /** Stops, names and saves; the profile. */
 function finish(own) {
-  const profile = binding.stop()
+  const profile = api().stop()
   if (own.symbolicate !== false) profile.symbols = binding.symbolicate(profile)
   if (own.output !== undefined) binding.saveProfile(profile, own.output, own.format ? { format: own.format } : undefined)
   return profile
@@ -62,7 +66,7 @@ function finish(own) {
 function run(fn, own, start) {
   if (typeof fn !== 'function') throw einval(`fn must be a function, got ${typeof fn}`)
   try {
-    binding.start(start)
+    api().start(start)
   } catch (e) {
     // start() lists its own keys; ours are valid here too.
     if (e.code === 'EINVAL' && /valid options are/.test(e.message)) e.message += `, ${OWN_KEYS.join(', ')}`

@@ -50,12 +50,30 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
 }
 
 pub fn stop() -> Result<Recording, SamplerError> {
-    let sampler = running()
+    // The lock is held until the sampler thread has finished: a start()
+    // from another JS thread meanwhile would otherwise begin a session that
+    // resets the statistics and reclaims the slots this one is still
+    // harvesting (stress/repro/concurrent-start-stop.js).
+    let mut slot = running();
+    let sampler = slot
         .take()
         .ok_or_else(|| SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"))?;
     let rec = sampler.stop();
-    stop_js_frames();
+    platform::set_js_frames(false);
+    drop(slot);
     Ok(rec)
+}
+
+/// Stops V8's code events if no session is running. Installing them costs
+/// a walk over all existing code on every isolate (tens of ms), so `stop()`
+/// leaves them on and the JS side calls this a little later: a quick
+/// stop/start pair keeps them, and an app that stops profiling for good
+/// does not pay for them for the rest of its life.
+pub fn release_js_names_if_idle() {
+    let slot = running();
+    if slot.is_none() && js_frames_available() {
+        crate::v8::disable_code_events();
+    }
 }
 
 /// Whether JavaScript frames can be named from V8 in this process: at least
@@ -76,6 +94,12 @@ fn js_frames(options: &SamplerOptions) -> Option<Box<dyn crate::core::backend::J
 
 fn stop_js_frames() {
     platform::set_js_frames(false);
+    release_js_names_if_idle_locked();
+}
+
+/// As `release_js_names_if_idle`, for a caller that holds the lock and
+/// has no running session.
+fn release_js_names_if_idle_locked() {
     if js_frames_available() {
         crate::v8::disable_code_events();
     }

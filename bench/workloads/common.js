@@ -9,7 +9,7 @@ function maybeStartSampler() {
   const interval = process.env.BENCH_SAMPLER_INTERVAL
   if (!interval) return null
   const ms = require(addonPath)
-  ms.start({ intervalMs: Number(interval) })
+  ms.start({ intervalMs: Number(interval), jsNames: process.env.BENCH_JS_NAMES !== '0' })
   return ms
 }
 

@@ -146,6 +146,13 @@ pub fn js_names_unavailable() -> Option<String> {
     V8_UNAVAILABLE.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| Some("no JS thread registered".into()))
 }
 
+/// @internal Stops V8's code events if no session runs (see
+/// `control::release_js_names_if_idle`); index.js calls it after stop().
+#[napi(js_name = "_releaseJsNames")]
+pub fn release_js_names() {
+    control::release_js_names_if_idle();
+}
+
 /// Starts sampling every thread of the process.
 ///
 /// The sampler is process-wide: it samples the main thread, worker_threads,

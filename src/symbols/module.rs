@@ -105,6 +105,11 @@ impl ModuleSymbols {
     }
 
     fn try_load(path: &Path, expected_build_id: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        // Only regular files: opening a FIFO (a crafted profile can name
+        // any path) would block forever, and a device is no module.
+        if !std::fs::metadata(path)?.is_file() {
+            return Err("not a regular file".into());
+        }
         let f = std::fs::File::open(path)?;
         // SAFETY: the mapping is read-only and private; if another process
         // truncates the file meanwhile, reads could fault, which is the
@@ -220,6 +225,14 @@ mod tests {
         assert_eq!(m.symbol_count(), 0);
         // Not an object file at all.
         let m = ModuleSymbols::load(Path::new("/proc/self/status"), "");
+        assert_eq!(m.symbol_count(), 0);
+        // A FIFO is not opened at all (opening it would block).
+        let fifo = std::env::temp_dir().join(format!("machsampler-fifo-module-{}", std::process::id()));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let m = ModuleSymbols::load(&fifo, "");
+        std::fs::remove_file(&fifo).unwrap();
         assert_eq!(m.symbol_count(), 0);
     }
 

@@ -432,6 +432,8 @@ mod tests {
         p.frame_address[0] = crate::core::backend::JS_FRAME_TAG - 1;
         p.frame_address[1] = crate::core::backend::JS_FRAME_TAG;
         p.js_names = vec!["JS:*fib /app/fib.js:3:13".into()];
+        // A tagged address without a name is kept as it is.
+        p.frame_address[2] = crate::core::backend::JS_FRAME_TAG | 7;
         p.modules[0].end = u64::MAX;
         for symbols in [true, false] {
             if !symbols {

@@ -187,15 +187,6 @@ impl ProfileData {
                 return Err(format!("stack {i} has parent {p}; a parent must come before its child"));
             }
         }
-        if let Some(i) =
-            self.frame_address.iter().position(|&a| js_frame_index(a).is_some_and(|j| j >= self.js_names.len()))
-        {
-            return Err(format!(
-                "frame {i} names JavaScript function {} of {}",
-                self.frame_address[i] as u32,
-                self.js_names.len()
-            ));
-        }
         if let Some(sym) = &self.symbols {
             if sym.frame_function.len() != self.frame_address.len() || sym.frame_line.len() != self.frame_address.len()
             {

@@ -115,9 +115,9 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
     };
 
     for (i, &addr) in profile.frame_address.iter().enumerate() {
-        if let Some(j) = js_frame_index(addr) {
-            // Named by V8 when the sample was taken.
-            let raw = profile.js_names.get(j).map_or("", String::as_str);
+        // Named by V8 when the sample was taken. (A tagged address with no
+        // name, as in a hand-edited profile, is just an unknown address.)
+        if let Some((j, raw)) = js_frame_index(addr).and_then(|j| Some((j, profile.js_names.get(j)?))) {
             let f = intern(FunctionKey::V8(j), &mut || {
                 let n = parse_name(raw);
                 Function { name: n.display, module: -1, file: n.file, line: n.line, kind: FunctionKind::Js }

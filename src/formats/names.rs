@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use rustc_hash::FxHashMap;
 
-use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
+use crate::profile::{Function, ProfileData, Symbols};
 
 /// The symbols to export with: `profile.symbols`, or a stand-in that names
 /// every frame `0x…` and attributes it to the module whose range holds it.
@@ -47,17 +47,7 @@ fn address_symbols(profile: &ProfileData) -> Symbols {
             _ => -1,
         }
     };
-    let functions = profile
-        .frame_address
-        .iter()
-        .map(|&a| Function {
-            name: format!("0x{a:x}"),
-            module: module_of(a),
-            file: String::new(),
-            line: 0,
-            kind: FunctionKind::Unknown,
-        })
-        .collect();
+    let functions = profile.frame_address.iter().map(|&a| Function::unknown(a, module_of(a))).collect();
     let n = profile.frame_address.len();
     Symbols { frame_function: (0..n as u32).collect(), frame_line: vec![0; n], functions }
 }

@@ -65,6 +65,13 @@ pub struct Function {
     pub kind: FunctionKind,
 }
 
+impl Function {
+    /// An address nothing resolved: named `0x…`, in `module` (-1 if none).
+    pub fn unknown(addr: u64, module: i32) -> Self {
+        Function { name: format!("0x{addr:x}"), module, file: String::new(), line: 0, kind: FunctionKind::Unknown }
+    }
+}
+
 /// Names for every frame: frame `i` is in function `frame_function[i]`, at
 /// source line `frame_line[i]` (0 if unknown).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

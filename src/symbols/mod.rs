@@ -163,13 +163,7 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
                 continue;
             }
         }
-        let f = intern(FunctionKey::Unknown(addr), &mut || Function {
-            name: format!("0x{addr:x}"),
-            module: module.map_or(-1, |m| m as i32),
-            file: String::new(),
-            line: 0,
-            kind: FunctionKind::Unknown,
-        });
+        let f = intern(FunctionKey::Unknown(addr), &mut || Function::unknown(addr, module.map_or(-1, |m| m as i32)));
         frame_function.push(f);
         frame_line.push(0);
     }

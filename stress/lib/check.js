@@ -30,9 +30,9 @@ function checkProfile(p) {
 }
 
 /**
- * The profile's statistics agree with its samples. Kept apart from the
- * structural checks: a start() racing a stop() on another JS thread breaks
- * exactly this (known bug, stress/repro/concurrent-start-stop.js).
+ * The profile's statistics agree with its samples. A start() racing a
+ * stop() on another JS thread used to break exactly this
+ * (stress/repro/concurrent-start-stop.js, fixed in 87a9ac3).
  */
 function checkStats(p) {
   const n = p.samples.thread.length

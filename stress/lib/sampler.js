@@ -6,9 +6,8 @@
 const ms = require('../..')
 
 class Sampling {
-  constructor(c, { intervalMs = 1, churnMs = 0, what = 'sampler', onProfile = null, raced = false } = {}) {
+  constructor(c, { intervalMs = 1, churnMs = 0, what = 'sampler', onProfile = null } = {}) {
     this.c = c
-    this.racedSessions = raced
     this.onProfile = onProfile
     /** Non-idle samples per tid, over every session. */
     this.busyByTid = new Map()
@@ -45,7 +44,7 @@ class Sampling {
 
   collect(p) {
     this.sessions++
-    this.c.profile(p, `${this.what} session ${this.sessions}`, { raced: this.racedSessions })
+    this.c.profile(p, `${this.what} session ${this.sessions}`)
     for (let i = 0; i < p.samples.thread.length; i++) {
       if (p.samples.idle[i]) continue
       const tid = p.threads[p.samples.thread[i]].tid

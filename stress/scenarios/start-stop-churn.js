@@ -8,6 +8,7 @@
 // bounded and no thread may be left behind.
 
 const fs = require('fs')
+const path = require('path')
 const { Worker } = require('worker_threads')
 const { main, progress } = require('../lib/child')
 const { ms } = require('../lib/sampler')
@@ -34,6 +35,26 @@ const RIVAL = `const { workerData, parentPort } = require('worker_threads')
   }
   parentPort.postMessage({ started, codes })`
 
+// Watches the main thread from a worker: when a start() or stop() has
+// been running for over a second, it saves every thread's backtrace (gdb,
+// once) to stress/results/, so a slow call can be explained afterwards.
+const STALL_CATCHER = `const { workerData } = require('worker_threads')
+  const fs = require('fs'), path = require('path'), { execFileSync } = require('child_process')
+  const t = new Float64Array(workerData.sab)
+  const stop = new Int32Array(workerData.flag)
+  while (Atomics.load(stop, 0) === 0) {
+    Atomics.wait(stop, 0, 0, 100)
+    const since = t[0]
+    if (since > 0 && Date.now() - since > 1000 && fs.existsSync('/usr/bin/gdb')) {
+      const what = (t[1] === 1 ? 'start()' : 'stop()') + ' running for ' + (Date.now() - since) + ' ms when gdb attached'
+      let out = ''
+      try { out = execFileSync('gdb', ['-p', String(process.pid), '-batch', '-nx', '-ex', 'thread apply all bt 30'], { encoding: 'utf8', timeout: 60000, stdio: ['ignore', 'pipe', 'ignore'] }) } catch (e) { out = String(e.stdout || e) }
+      const file = path.join(workerData.results, 'slow-' + workerData.what + '-' + process.pid + '.txt')
+      fs.writeFileSync(file, what + '\\n' + out.split('\\n').filter((l) => /^#|^Thread/.test(l)).join('\\n'))
+      break
+    }
+  }`
+
 function rssMB() {
   return Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync('/proc/self/status', 'utf8'))[1]) / 1024
 }
@@ -58,6 +79,12 @@ main(async (o, c) => {
   let maxStopMs = 0
   let maxStartMs = 0
   let rss200 = null
+  const stallSab = new SharedArrayBuffer(16)
+  const stall = new Float64Array(stallSab)
+  const catcher = new Worker(STALL_CATCHER, {
+    eval: true,
+    workerData: { sab: stallSab, flag: stopFlag, results: path.join(__dirname, '..', 'results'), what: 'start-stop-churn' },
+  })
   const t0 = Date.now()
   for (let i = 0; done < cycles && i < cycles * 20 && Date.now() - t0 < budgetMs; i++) {
     if (i % 20 === 0) {
@@ -67,30 +94,38 @@ main(async (o, c) => {
       racerExits.push(new Promise((r) => w.on('exit', r)))
     }
     const s0 = process.hrtime.bigint()
+    stall[1] = 1
+    stall[0] = Date.now()
     try {
       ms.start({ intervalMs: 1, ...(i % 7 === 0 ? { maxStackDepth: 1 + (i % 1024) } : {}), ...(i % 11 === 0 ? { nativeUnwinding: false } : {}) })
     } catch (e) {
+      stall[0] = 0
       c.ok(e.code === 'EAGAIN', `cycle ${i}: start() threw ${e.code}: ${e.message}`)
       codes['start:' + e.code] = (codes['start:' + e.code] || 0) + 1
       await new Promise((r) => setTimeout(r, 2))
       continue
     }
+    stall[0] = 0
     maxStartMs = Math.max(maxStartMs, Number(process.hrtime.bigint() - s0) / 1e6)
     const r = random()
     if (r < 0.3) spin(Math.floor(random() * 4))
     else if (r < 0.5) await new Promise((res) => setTimeout(res, 1 + Math.floor(random() * 3)))
     const s1 = process.hrtime.bigint()
     let p
+    stall[1] = 2
+    stall[0] = Date.now()
     try {
       p = ms.stop()
+      stall[0] = 0
     } catch (e) {
+      stall[0] = 0
       // The rival stopped our session (it then owns the profile).
       c.ok(e.code === 'ESRCH', `cycle ${i}: stop() threw ${e.code}: ${e.message}`)
       codes['stop:' + e.code] = (codes['stop:' + e.code] || 0) + 1
       continue
     }
     maxStopMs = Math.max(maxStopMs, Number(process.hrtime.bigint() - s1) / 1e6)
-    c.profile(p, `cycle ${i}`, { raced: o.rival !== false })
+    c.profile(p, `cycle ${i}`)
     done++
     if (i === 200) rss200 = rssMB()
     progress(`cycle ${i}`)
@@ -100,9 +135,10 @@ main(async (o, c) => {
   Atomics.store(new Int32Array(stopFlag), 0, 1)
   Atomics.notify(new Int32Array(stopFlag), 0)
   const rivalSaw = await rivalResult
+  await new Promise((r) => catcher.once('exit', r))
   await Promise.all(racerExits)
   for (const w of busy) await w.terminate()
-  if (ms.isRunning()) c.profile(ms.stop(), 'rival leftover', { raced: true })
+  if (ms.isRunning()) c.profile(ms.stop(), 'rival leftover')
   c.ok(!ms.isRunning(), 'the sampler is still running at the end')
   await new Promise((r) => setTimeout(r, 300))
   const tasks = fs.readdirSync('/proc/self/task').length

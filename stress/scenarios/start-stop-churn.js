@@ -85,6 +85,8 @@ main(async (o, c) => {
     eval: true,
     workerData: { sab: stallSab, flag: stopFlag, results: path.join(__dirname, '..', 'results'), what: 'start-stop-churn' },
   })
+  // Listen now: it may exit before the end of the loop is awaited.
+  const catcherExit = new Promise((r) => catcher.once('exit', r))
   const t0 = Date.now()
   for (let i = 0; done < cycles && i < cycles * 20 && Date.now() - t0 < budgetMs; i++) {
     if (i % 20 === 0) {
@@ -135,7 +137,7 @@ main(async (o, c) => {
   Atomics.store(new Int32Array(stopFlag), 0, 1)
   Atomics.notify(new Int32Array(stopFlag), 0)
   const rivalSaw = await rivalResult
-  await new Promise((r) => catcher.once('exit', r))
+  await catcherExit
   await Promise.all(racerExits)
   for (const w of busy) await w.terminate()
   if (ms.isRunning()) c.profile(ms.stop(), 'rival leftover')

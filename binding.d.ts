@@ -69,6 +69,13 @@ export declare function __v8Unregister(): void
 export declare function _benchSignalRoundTrip(iterations: number): Array<number>
 
 /**
+ * @internal How interpreted frames are found: "learned" once the frame
+ * layout has been learned from V8 (then the handler reads it from the
+ * frames), "learning" before (V8's GetStackSample in the handler).
+ */
+export declare function _jsFramesMode(): string
+
+/**
  * @internal Why JavaScript frames cannot be named from V8 in this thread's
  * environment (null if they can); `index.js` turns this into one warning.
  */

@@ -848,6 +848,7 @@ module.exports.__v8SetCodeEventPolicy = nativeBinding.__v8SetCodeEventPolicy
 module.exports.__v8Stats = nativeBinding.__v8Stats
 module.exports.__v8Unregister = nativeBinding.__v8Unregister
 module.exports._benchSignalRoundTrip = nativeBinding._benchSignalRoundTrip
+module.exports._jsFramesMode = nativeBinding._jsFramesMode
 module.exports._jsNamesUnavailable = nativeBinding._jsNamesUnavailable
 module.exports._releaseJsNames = nativeBinding._releaseJsNames
 module.exports.checkRecordOptions = nativeBinding.checkRecordOptions

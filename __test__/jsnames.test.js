@@ -76,13 +76,35 @@ function normalized(shares) {
   return out
 }
 
+// Shares among the given functions only.
+function among(shares, names) {
+  const total = names.reduce((a, n) => a + (shares[n] || 0), 0)
+  return Object.fromEntries(names.map((n) => [n, (shares[n] || 0) / total]))
+}
+
 function check(node) {
   const named = run(node, [], {})
-  const truth = cpuProfShares(node)
-  expect(truth.threads).toBe(3)
   expect(named.jsSamples).toBeGreaterThan(0)
+  // The handler learned V8's interpreted-frame layout from GetStackSample
+  // and then read it from the frames itself (crate::v8::slots).
+  expect(named.mode).toMatch(/^learned /)
   expect(named.leafInV8).toBeGreaterThan(500)
   expect(named.leafInV8Named / named.leafInV8).toBeGreaterThanOrEqual(0.9)
+
+  // Ground truth by the clock: the same functions timed one at a time.
+  const FNS = ['mainHotOptimized', 'mainKeptInterpreted']
+  const clock = run(node, [], { timing: true, rounds: 1000 }).shares.main
+  const ours = among(named.shares.main, FNS)
+  for (const fn of FNS) expect([fn, Math.abs(ours[fn] - clock[fn]) <= 0.05]).toEqual([fn, true])
+
+  // Ground truth from V8's own profiler, where it is one: on some versions
+  // (V8 11.3, Node 20) it credits interpreted functions' time to their
+  // callers, against the clock by tens of points; there the clock stands.
+  const truth = cpuProfShares(node)
+  expect(truth.threads).toBe(3)
+  const v8 = among(truth.shares.main, FNS)
+  const v8Sound = FNS.every((fn) => Math.abs(v8[fn] - clock[fn]) <= 0.05)
+  if (!v8Sound) return { named, truth, v8Sound }
   for (const group of ['main', 'workers']) {
     const a = normalized(named.shares[group])
     const b = normalized(truth.shares[group])
@@ -93,18 +115,21 @@ function check(node) {
   }
   // The workload's own functions are all there, by name, on their threads.
   // (The drivers do almost no work of their own.)
-  for (const fn of ['mainHotOptimized', 'mainKeptInterpreted']) expect(named.shares.main[fn]).toBeGreaterThan(0.01)
+  for (const fn of FNS) expect(named.shares.main[fn]).toBeGreaterThan(0.01)
   for (const fn of ['workerHotOptimized', 'workerKeptInterpreted']) expect(named.shares.workers[fn]).toBeGreaterThan(0.01)
-  return { named, truth }
+  return { named, truth, v8Sound }
 }
 
 describeLinux('JavaScript names without flags', () => {
-  test('this Node: >= 90 % of V8-leaf samples named; top-10 JS self shares within 5 points of --cpu-prof', () => {
+  test('this Node: >= 90 % of V8-leaf samples named; self shares within 5 points of the clock and of --cpu-prof', () => {
     check(process.execPath)
   })
 
   test.each(MAJORS)('Node %i', (major) => {
-    check(fetchNode(major))
+    const { v8Sound } = check(fetchNode(major))
+    // Only Node 20's V8 is known to disagree with the clock; anywhere else
+    // the --cpu-prof comparison must have run.
+    if (major !== 20) expect(v8Sound).toBe(true)
   }, 300000)
 
   test.each(MAJORS)('Node %i: Sparkplug code calling frameless builtins is credited to its own function', (major) => {

@@ -5,10 +5,15 @@ const path = require('path')
 
 const addonPath = path.join(__dirname, '..', '..')
 
+// Loaded before the workloads create their workers, so that the workers
+// load it too and their JavaScript frames are named (as in an app that
+// requires machsampler first).
+const loaded = process.env.BENCH_SAMPLER_INTERVAL ? require(addonPath) : null
+
 function maybeStartSampler() {
   const interval = process.env.BENCH_SAMPLER_INTERVAL
   if (!interval) return null
-  const ms = require(addonPath)
+  const ms = loaded
   ms.start({ intervalMs: Number(interval), jsNames: process.env.BENCH_JS_NAMES !== '0' })
   return ms
 }

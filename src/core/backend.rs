@@ -60,7 +60,14 @@ pub struct CapturedStack<'a> {
     /// when the thread stopped in a function that builds no frame, such as
     /// V8's baseline builtins, whose caller a frame-pointer walk skips.
     pub tos: u64,
+    /// For the first frames of `frames`, the words just below each frame's
+    /// frame pointer (see `crate::v8::slots`); empty unless the thread runs
+    /// a V8 isolate and JS frames are being named.
+    pub frame_words: &'a [[u64; FRAME_WORDS]],
 }
+
+/// Words kept below each frame pointer for [`CapturedStack::frame_words`].
+pub const FRAME_WORDS: usize = 4;
 
 /// A frame recorded for a JavaScript function rather than an address: the
 /// low 32 bits index the names the [`JsFrames`] collected. User-space

@@ -270,7 +270,7 @@ impl<'a> Session<'a> {
         };
         let native_unwinding = self.shared.native_unwinding.load(Relaxed);
         let frames = match self.js.as_mut() {
-            Some(js) if !c.js.is_empty() && native_unwinding => {
+            Some(js) if (!c.js.is_empty() || !c.frame_words.is_empty()) && native_unwinding => {
                 stats.js_samples.add(1);
                 self.merged.clear();
                 js.merge(&c, &mut self.merged);
@@ -596,6 +596,7 @@ mod tests {
                     walk_error: false,
                     js: &[],
                     tos: 0,
+                    frame_words: &[],
                 }));
             }
             // Each tick the test advances every thread's CPU clock except

@@ -111,6 +111,24 @@ pub fn validate_frame_pointer(fp: u64, lo: u64, hi: u64) -> bool {
 ///
 /// Async-signal-safe: no allocation, no locks, no panics.
 pub fn walk_stack(regs: &Registers, bounds: StackBounds, max_depth: usize, out: &mut [u64]) -> Walk {
+    walk_stack_visit(regs, bounds, max_depth, out, &mut |_, _| {})
+}
+
+/// As [`walk_stack`], also calling `visit(i, fp)` for each recorded frame
+/// `out[i]` with the frame pointer of the function that frame is in: the
+/// interrupted fp for the leaf, the saved fp of each record for the
+/// others. (V8 keeps per-frame data, such as an interpreted frame's
+/// bytecode array, at fixed offsets below the frame pointer.) `fp` is not
+/// validated beyond what the walk itself needed; `visit` must bounds-check
+/// any read. Async-signal-safe if `visit` is.
+#[inline]
+pub fn walk_stack_visit(
+    regs: &Registers,
+    bounds: StackBounds,
+    max_depth: usize,
+    out: &mut [u64],
+    visit: &mut impl FnMut(usize, u64),
+) -> Walk {
     let limit = if max_depth < out.len() { max_depth } else { out.len() };
     let pc = strip_pointer_tag(regs.pc);
     if pc == 0 {
@@ -123,6 +141,7 @@ pub fn walk_stack(regs: &Registers, bounds: StackBounds, max_depth: usize, out: 
         return Walk { depth: 0, end: WalkEnd::Truncated };
     }
     *first = pc;
+    visit(0, strip_pointer_tag(regs.fp));
     let mut depth = 1usize;
 
     let sp = strip_pointer_tag(regs.sp);
@@ -155,8 +174,9 @@ pub fn walk_stack(regs: &Registers, bounds: StackBounds, max_depth: usize, out: 
             Some(slot) if depth < limit => *slot = ret,
             _ => return Walk { depth, end: WalkEnd::Truncated },
         }
-        depth += 1;
         let next_fp = strip_pointer_tag(next_fp);
+        visit(depth, next_fp);
+        depth += 1;
         if next_fp == 0 {
             return Walk { depth, end: WalkEnd::Complete };
         }
@@ -218,6 +238,18 @@ mod tests {
         let w = walk_stack(&regs, s.bounds(), 16, &mut out);
         assert_eq!(w, Walk { depth: 6, end: WalkEnd::Complete });
         assert_eq!(&out[..6], &[0xabc, 0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
+    }
+
+    #[test]
+    fn visitor_sees_each_frames_frame_pointer() {
+        let (s, regs) = FakeStack::chain(3);
+        let mut out = [0u64; 8];
+        let mut seen = Vec::new();
+        let w = walk_stack_visit(&regs, s.bounds(), 8, &mut out, &mut |i, fp| seen.push((i, fp)));
+        assert_eq!(w.depth, 4);
+        // The leaf's fp is the interrupted one; each return address's is
+        // the frame its record points to (0 past the last record).
+        assert_eq!(seen, vec![(0, s.addr(4)), (1, s.addr(8)), (2, s.addr(12)), (3, 0)]);
     }
 
     #[test]

@@ -146,6 +146,17 @@ pub fn js_names_unavailable() -> Option<String> {
     V8_UNAVAILABLE.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| Some("no JS thread registered".into()))
 }
 
+/// @internal How interpreted frames are found: "learned" once the frame
+/// layout has been learned from V8 (then the handler reads it from the
+/// frames), "learning" before (V8's GetStackSample in the handler).
+#[napi(js_name = "_jsFramesMode")]
+pub fn js_frames_mode() -> String {
+    match crate::v8::slots::learned() {
+        Some(l) => format!("learned {}:{}:{}", l.array, l.offset, l.smi_shift),
+        None => "learning".into(),
+    }
+}
+
 /// @internal Stops V8's code events if no session runs (see
 /// `control::release_js_names_if_idle`); index.js calls it after stop().
 #[napi(js_name = "_releaseJsNames")]

@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 use super::codemap::parse_js_name;
 use super::events::{code_map, V8Ranges};
 use super::merge::{classifier, lookup_code, merge_stacks, AddrClass, Merged};
+use super::slots;
 use crate::core::backend::{CapturedStack, JsFrames, JS_FRAME_TAG};
 
 /// Ranges recorded when each JS thread registered, by tid. Read at harvest
@@ -53,6 +54,9 @@ pub struct V8JsFrames {
     names: Vec<String>,
     index: FxHashMap<String, u32>,
     native: Vec<u64>,
+    js: Vec<u64>,
+    interpreted: Vec<[u64; slots::WORDS]>,
+    learner: slots::Learner,
     merged: Vec<Merged>,
 }
 
@@ -82,6 +86,32 @@ impl JsFrames for V8JsFrames {
         let ranges = ranges_of(c.tid);
         let map = code_map();
         let classify = classifier(&map, &ranges, c.time_ns);
+
+        // Interpreted frames: the native frames in the interpreter, with
+        // the bytecode position read from their frames (`slots`), once the
+        // layout is known; until then GetStackSample's answer (c.js), which
+        // also teaches the layout.
+        self.interpreted.clear();
+        for (i, &addr) in c.frames.iter().enumerate() {
+            if classify(addr) == AddrClass::InterpreterSlot {
+                if let Some(w) = c.frame_words.get(i) {
+                    self.interpreted.push(*w);
+                }
+            }
+        }
+        self.js.clear();
+        if !c.js.is_empty() {
+            self.js.extend_from_slice(c.js);
+            let reported: Vec<u64> = c.js.iter().copied().filter(|&a| classify(a) == AddrClass::Bytecode).collect();
+            self.learner.observe(&self.interpreted, &reported, &|b| classify(b) == AddrClass::Bytecode);
+        } else if let Some(layout) = slots::learned() {
+            for w in &self.interpreted {
+                if let Some(b) = layout.bytecode(w).filter(|&b| classify(b) == AddrClass::Bytecode) {
+                    self.js.push(b);
+                }
+            }
+        }
+
         // A thread stopped in one of the builtins Sparkplug (baseline)
         // code calls without a frame (`*_Baseline`: arithmetic, compares,
         // ...) has its caller's return address on top of the stack, and a
@@ -99,7 +129,7 @@ impl JsFrames for V8JsFrames {
             self.native.insert(1, c.tos);
         }
         self.merged.clear();
-        merge_stacks(&self.native, c.end, c.js, &classify, &mut self.merged);
+        merge_stacks(&self.native, c.end, &self.js, &classify, &mut self.merged);
         let merged = std::mem::take(&mut self.merged);
         for m in &merged {
             match *m {
@@ -151,6 +181,7 @@ mod tests {
             walk_error: false,
             js: &[],
             tos: 0x1234,
+            frame_words: &[],
         };
         f.merge(&c, &mut out);
         assert_eq!(out, vec![0x1000, 0x2000]);

@@ -82,6 +82,7 @@ pub mod merge;
 pub mod registry;
 pub mod remap;
 pub mod sample;
+pub mod slots;
 
 #[cfg(not(test))]
 mod js_testing;
@@ -178,6 +179,18 @@ pub fn enable_code_events() -> bool {
 /// Stops V8 code events (call from `stop()`); the map is kept.
 pub fn disable_code_events() {
     events::disable()
+}
+
+/// True if the calling thread registered its isolate. Async-signal-safe.
+#[inline]
+pub fn current_thread_registered() -> bool {
+    registry::isolate_for_pthread(registry::pthread_key()).is_some()
+}
+
+/// True if thread `tid` registered its isolate. Async-signal-safe.
+#[inline]
+pub fn thread_registered(tid: u64) -> bool {
+    registry::isolate_for_tid(tid).is_some()
 }
 
 /// Names a frame address from [`sample_js`] as it was at time `t_ns`

@@ -328,6 +328,7 @@ impl Backend for LinuxBackend {
                     walk_error: false,
                     js: d.js,
                     tos: d.tos,
+                    frame_words: d.words,
                 }));
             }
             slot.consume();

@@ -34,9 +34,10 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
+use crate::core::backend::FRAME_WORDS;
 use crate::core::critical::StoppedWindow;
 use crate::core::error::{ErrorCode, SamplerError};
-use crate::core::walker::{walk_stack, Registers, StackBounds, WalkEnd};
+use crate::core::walker::{walk_stack, walk_stack_visit, Registers, StackBounds, WalkEnd};
 
 /// The deepest stack a slot can hold; the `maxStackDepth` option's maximum.
 pub const SLOT_FRAMES: usize = crate::core::options::MAX_STACK_DEPTH_MAX;
@@ -82,12 +83,14 @@ pub struct Slot {
     enter_ns: AtomicU64,
     exit_ns: AtomicU64,
     js_count: AtomicU32,
+    words_count: AtomicU32,
     tos: AtomicU64,
     frames: UnsafeCell<[u64; SLOT_FRAMES]>,
     js_frames: UnsafeCell<[u64; SLOT_JS_FRAMES]>,
+    words: UnsafeCell<[[u64; FRAME_WORDS]; SLOT_JS_FRAMES]>,
 }
 
-// SAFETY: `frames` and `js_frames` are written only by the handler that won the
+// SAFETY: `frames`, `js_frames` and `words` are written only by the handler that won the
 // ARMED -> WRITING CAS and read only by the sampler after it observed DONE
 // with Acquire ordering, so accesses never overlap; all other fields are
 // atomics.
@@ -160,6 +163,8 @@ pub struct SlotData<'a> {
     pub js: &'a [u64],
     /// The word at the stack pointer, or 0.
     pub tos: u64,
+    /// Words below the first frames' frame pointers.
+    pub words: &'a [[u64; FRAME_WORDS]],
     pub end: WalkEnd,
     pub flags: u8,
     pub sp: u64,
@@ -222,6 +227,10 @@ impl Slot {
         // SAFETY: as for `frames`.
         let js_all: &[u64; SLOT_JS_FRAMES] = unsafe { &*self.js_frames.get() };
         let js = &js_all[..js_depth];
+        let words_depth = (self.words_count.load(Ordering::Relaxed) as usize).min(SLOT_JS_FRAMES);
+        // SAFETY: as for `frames`.
+        let words_all: &[[u64; FRAME_WORDS]; SLOT_JS_FRAMES] = unsafe { &*self.words.get() };
+        let words = &words_all[..words_depth];
         let end = match self.end.load(Ordering::Relaxed) {
             0 => WalkEnd::Complete,
             1 => WalkEnd::Truncated,
@@ -233,6 +242,7 @@ impl Slot {
             frames,
             js,
             tos: self.tos.load(Ordering::Relaxed),
+            words,
             end,
             flags: self.flags.load(Ordering::Relaxed),
             sp: self.sp.load(Ordering::Relaxed),
@@ -415,33 +425,56 @@ unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // only writer of `frames` until it publishes DONE.
     let frames = unsafe { &mut *slot.frames.get() };
     let max_depth = slot.max_depth.load(Ordering::Relaxed) as usize;
+    // JavaScript threads (when naming is on) also keep, for each frame, the
+    // words just below its frame pointer: V8 keeps an interpreted frame's
+    // bytecode position there (see `crate::v8::slots`).
+    let js_thread = JS_FRAMES.load(Ordering::Acquire) && max_depth > 1 && crate::v8::current_thread_registered();
+    // SAFETY: as for `frames`: this handler owns the slot until DONE.
+    let words = unsafe { &mut *slot.words.get() };
+    let mut words_count = 0u32;
     let (walk, flags) = if bounds.contains(regs.sp) {
-        (walk_stack(&regs, bounds, max_depth, frames), 0)
+        let walk = if js_thread {
+            walk_stack_visit(&regs, bounds, max_depth, frames, &mut |i, fp| {
+                if let Some(w) = words.get_mut(i) {
+                    crate::v8::slots::read(fp, bounds, w);
+                    words_count = i as u32 + 1;
+                }
+            })
+        } else {
+            walk_stack(&regs, bounds, max_depth, frames)
+        };
+        (walk, 0)
     } else {
         // Bounds unknown or stale (new thread, or the stack moved): record
         // the pc and sp so the sampler can look the stack up.
         (walk_stack(&regs, StackBounds::EMPTY, max_depth.min(1), frames), FLAG_BOUNDS_MISS)
     };
-    // V8's own sampler on the same registers: JavaScript frames for the
-    // symbolizer, including interpreted ones the native walk only sees as
-    // the interpreter. It is async-signal-safe by design (V8's profiler
-    // calls it from its SIGPROF handler); see `crate::v8::sample`.
     let mut js_count = 0;
     let mut tos = 0;
-    if JS_FRAMES.load(Ordering::Acquire) && flags == 0 && max_depth > 1 {
+    if js_thread && flags == 0 {
         if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
             // SAFETY: `bounds` contains sp (checked above, flags == 0) and
             // the 8 bytes at sp end within it; the memory is this thread's
             // own stack.
             tos = unsafe { core::ptr::read_volatile(regs.sp as *const u64) };
         }
-        // SAFETY: as for `frames`: this handler owns the slot until DONE.
-        let js = unsafe { &mut *slot.js_frames.get() };
-        let limit = max_depth.min(SLOT_JS_FRAMES);
-        js_count = crate::v8::sample_js(&regs, &mut js[..limit]).count as u32;
+        // V8's own sampler on the same registers, until the frame layout
+        // has been learned from it (then the words above say the same, for
+        // a fraction of the time). It is async-signal-safe by design (V8's
+        // profiler calls it from its SIGPROF handler); see
+        // `crate::v8::sample`.
+        if crate::v8::slots::learned().is_none() {
+            // SAFETY: as for `frames`.
+            let js = unsafe { &mut *slot.js_frames.get() };
+            let limit = max_depth.min(SLOT_JS_FRAMES);
+            js_count = crate::v8::sample_js(&regs, &mut js[..limit]).count as u32;
+        }
+    } else {
+        words_count = 0;
     }
     drop(window);
     slot.js_count.store(js_count, Ordering::Relaxed);
+    slot.words_count.store(words_count, Ordering::Relaxed);
     slot.tos.store(tos, Ordering::Relaxed);
     slot.depth.store(walk.depth as u32, Ordering::Relaxed);
     slot.end.store(

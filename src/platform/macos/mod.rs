@@ -117,7 +117,7 @@ use mach2::port::MACH_PORT_NULL;
 use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
 use mach2::thread_status::thread_state_t;
 
-use crate::core::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone};
+use crate::core::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS};
 use crate::core::critical::StoppedWindow;
 use crate::core::error::SamplerError;
 use crate::core::options::MAX_STACK_DEPTH_MAX;
@@ -125,7 +125,7 @@ use crate::core::options::MAX_STACK_DEPTH_MAX;
 const JS_FRAMES_MAX: usize = 256;
 use crate::core::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
 use crate::core::timebase::Timebase;
-use crate::core::walker::{strip_pointer_tag, walk_stack, Registers, StackBounds, Walk, WalkEnd};
+use crate::core::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk, WalkEnd};
 use crate::platform::mach_logic::{self as logic, FoundThread, KernOutcome};
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
@@ -272,6 +272,8 @@ enum Stopped {
         js_count: usize,
         /// The word at the stack pointer (see `CapturedStack::tos`).
         tos: u64,
+        /// Frames with words in the backend's `words`.
+        words_count: usize,
     },
     /// It had logged its exit, or `thread_get_state` says it is gone.
     Gone,
@@ -316,6 +318,7 @@ fn capture_stopped(
     mask: u64,
     frames: &mut [u64],
     js: &mut [u64],
+    words: &mut [[u64; FRAME_WORDS]],
 ) -> Stopped {
     if EXITS.contains(entry.tid) {
         // It stopped after its exit hook: its stack may already be unmapped.
@@ -332,10 +335,28 @@ fn capture_stopped(
     };
     let bounds = entry.stack;
     if bounds.contains(regs.sp) {
-        let walk = walk_stack(&regs, bounds, depth, frames);
-        let (js_count, tos) = if JS_FRAMES.load(Ordering::Acquire) && depth > 1 {
-            let limit = depth.min(js.len());
-            let count = crate::v8::sample_js_stopped_thread(entry.tid, &regs, &mut js[..limit]).count;
+        // JavaScript threads also keep the words below each frame pointer
+        // (see `crate::v8::slots`); GetStackSample runs only until the
+        // frame layout is learned.
+        let js_thread = JS_FRAMES.load(Ordering::Acquire) && depth > 1 && crate::v8::thread_registered(entry.tid);
+        let mut words_count = 0;
+        let walk = if js_thread {
+            walk_stack_visit(&regs, bounds, depth, frames, &mut |i, fp| {
+                if let Some(w) = words.get_mut(i) {
+                    crate::v8::slots::read(fp, bounds, w);
+                    words_count = i + 1;
+                }
+            })
+        } else {
+            walk_stack(&regs, bounds, depth, frames)
+        };
+        let (js_count, tos) = if js_thread {
+            let count = if crate::v8::slots::learned().is_none() {
+                let limit = depth.min(js.len());
+                crate::v8::sample_js_stopped_thread(entry.tid, &regs, &mut js[..limit]).count
+            } else {
+                0
+            };
             let tos = if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
                 // SAFETY: the 8 bytes at sp lie within the thread's stack
                 // bounds, which contain sp; the thread is suspended.
@@ -347,7 +368,7 @@ fn capture_stopped(
         } else {
             (0, 0)
         };
-        Stopped::Walked { walk, walk_error: false, js_count, tos }
+        Stopped::Walked { walk, walk_error: false, js_count, tos, words_count }
     } else {
         // Unknown stack: record the pc, read no memory.
         Stopped::Walked {
@@ -355,6 +376,7 @@ fn capture_stopped(
             walk_error: true,
             js_count: 0,
             tos: 0,
+            words_count: 0,
         }
     }
 }
@@ -366,6 +388,8 @@ pub struct MachBackend {
     frames: Box<[u64]>,
     /// V8's JavaScript frames, preallocated likewise.
     js_frames: Box<[u64]>,
+    /// Words below each frame pointer, preallocated likewise.
+    words: Box<[[u64; FRAME_WORDS]]>,
     /// Scratch: the hook registry's live entries, sorted by tid.
     tracked: Vec<ThreadEntry>,
     /// Scratch for `sync_session` and rescans.
@@ -393,6 +417,7 @@ impl MachBackend {
             address_mask: c.address_mask,
             frames: vec![0u64; MAX_STACK_DEPTH_MAX].into_boxed_slice(),
             js_frames: vec![0u64; JS_FRAMES_MAX].into_boxed_slice(),
+            words: vec![[0u64; FRAME_WORDS]; JS_FRAMES_MAX].into_boxed_slice(),
             tracked: Vec::with_capacity(64),
             scratch: Vec::with_capacity(64),
             found: Vec::with_capacity(64),
@@ -567,7 +592,8 @@ impl Backend for MachBackend {
             let window = StoppedWindow::enter();
             window.fault_injection_point();
             let stopped_at = now_ticks();
-            let outcome = capture_stopped(port, entry, depth, mask, &mut self.frames, &mut self.js_frames);
+            let outcome =
+                capture_stopped(port, entry, depth, mask, &mut self.frames, &mut self.js_frames, &mut self.words);
             // SAFETY: undoes the suspend above, on every path. A failure
             // means the thread died while stopped, which leaves nothing to
             // resume.
@@ -576,7 +602,7 @@ impl Backend for MachBackend {
             let t1 = now_ticks();
 
             match outcome {
-                Stopped::Walked { walk, walk_error, js_count, tos } => {
+                Stopped::Walked { walk, walk_error, js_count, tos, words_count } => {
                     let frames = &mut self.frames[..walk.depth];
                     logic::mask_frames(frames, mask);
                     let js = &self.js_frames[..js_count.min(self.js_frames.len())];
@@ -590,6 +616,7 @@ impl Backend for MachBackend {
                         walk_error,
                         js,
                         tos,
+                        frame_words: &self.words[..words_count.min(self.words.len())],
                     }));
                 }
                 Stopped::Gone => {
@@ -606,6 +633,7 @@ impl Backend for MachBackend {
                     walk_error: true,
                     js: &[],
                     tos: 0,
+                    frame_words: &[],
                 })),
             }
         }

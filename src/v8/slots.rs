@@ -1,0 +1,267 @@
+//! Interpreted frames without calling V8: their bytecode position, read
+//! from the frame itself.
+//!
+//! `GetStackSample` is most of the time a JavaScript thread spends stopped
+//! (2-4 µs a sample, against ~0.5 µs for the native walk), and what it adds
+//! over the native walk is mostly the position of interpreted frames. V8
+//! finds that in two slots of the frame, at fixed offsets below its frame
+//! pointer: the BytecodeArray (a tagged pointer) and the bytecode offset (a
+//! Smi), and reports `array + offset` (`src/profiler/tick-sample.cc`). Those
+//! offsets and the Smi encoding depend on the V8 version and build, so the
+//! handler reads a few candidate words below every frame pointer, cheaply,
+//! and the sampler learns which layout this V8 uses by comparing with what
+//! `GetStackSample` reported for the same frames. Once a layout has matched
+//! on enough samples and never failed, the handler stops calling
+//! `GetStackSample`. Compiled frames need nothing of the kind: their pcs
+//! are named from the code map.
+//!
+//! Reading the words is safe: only inside the thread's stack bounds, and
+//! the values are never dereferenced, only looked up in the code map.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::core::walker::StackBounds;
+
+/// Offsets below the frame pointer read for every frame.
+pub const OFFSETS: [u64; 4] = [24, 32, 40, 48];
+pub const WORDS: usize = OFFSETS.len();
+const _: () = assert!(WORDS == crate::core::backend::FRAME_WORDS);
+
+/// Reads the words at `fp - OFFSETS[i]` that lie within `bounds`, 0 for
+/// the others. Async-signal-safe.
+#[inline]
+pub fn read(fp: u64, bounds: StackBounds, out: &mut [u64; WORDS]) {
+    for (slot, &off) in out.iter_mut().zip(&OFFSETS) {
+        *slot = match fp.checked_sub(off) {
+            Some(at) if at >= bounds.lo && at.checked_add(8).is_some_and(|end| end <= bounds.hi) && at & 7 == 0 => {
+                // SAFETY: the 8 bytes at `at` lie within `bounds`, which the
+                // caller guarantees is the thread's mapped stack, and `at`
+                // is aligned.
+                unsafe { core::ptr::read_volatile(at as *const u64) }
+            }
+            _ => 0,
+        };
+    }
+}
+
+/// Which words hold the array and the offset, and how a Smi is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub array: u8,
+    pub offset: u8,
+    /// 32 for 64-bit builds without pointer compression (Node's), 1 with.
+    pub smi_shift: u8,
+}
+
+impl Layout {
+    /// Every layout considered: the array slot directly above the offset
+    /// slot, at each of the offsets read.
+    pub fn all() -> impl Iterator<Item = Layout> {
+        (0..WORDS - 1)
+            .flat_map(|a| [32u8, 1].map(|smi_shift| Layout { array: a as u8, offset: a as u8 + 1, smi_shift }))
+    }
+
+    fn pack(self) -> u32 {
+        1 << 24 | (self.array as u32) << 16 | (self.offset as u32) << 8 | self.smi_shift as u32
+    }
+
+    fn unpack(v: u32) -> Option<Layout> {
+        (v >> 24 == 1).then_some(Layout { array: (v >> 16) as u8, offset: (v >> 8) as u8, smi_shift: v as u8 })
+    }
+
+    /// The bytecode address this layout gives for a frame's words, as
+    /// `GetStackSample` would report it; None if the words are not a heap
+    /// object and a Smi.
+    pub fn bytecode(self, words: &[u64; WORDS]) -> Option<u64> {
+        let array = *words.get(self.array as usize)?;
+        let offset = *words.get(self.offset as usize)?;
+        // V8's checks: a strong heap-object tag on the array, a Smi tag on
+        // the offset.
+        if array & 3 != 1 || offset & 1 != 0 {
+            return None;
+        }
+        let value = match self.smi_shift {
+            32 => (offset as i64) >> 32,
+            _ => ((offset as u32 as i32) >> 1) as i64,
+        };
+        if value < 0 {
+            return None;
+        }
+        Some(array.wrapping_add(value as u64))
+    }
+}
+
+/// The layout learned in this process, if any.
+static LEARNED: AtomicU32 = AtomicU32::new(0);
+
+pub fn learned() -> Option<Layout> {
+    Layout::unpack(LEARNED.load(Ordering::Acquire))
+}
+
+/// For tests and for an unknown V8: forget what was learned.
+pub fn forget() {
+    LEARNED.store(0, Ordering::Release);
+}
+
+/// Interpreted frames a layout must match before it is trusted.
+pub const CONFIRMATIONS: u32 = 64;
+/// And the largest share of frames it may miss: frames caught in their
+/// setup (the leaf just entering the interpreter) hold stale words.
+pub const MAX_MISS_PER: u32 = 50;
+
+/// Learns the layout from samples that have both the frame words and
+/// `GetStackSample`'s answer.
+pub struct Learner {
+    /// Per candidate layout: (frames matched, frames missed).
+    scores: Vec<(Layout, u32, u32)>,
+}
+
+impl Default for Learner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Learner {
+    pub fn new() -> Self {
+        Learner { scores: Layout::all().map(|l| (l, 0, 0)).collect() }
+    }
+
+    /// One sample: `interpreted` are the words of the frames the native
+    /// walk shows in the interpreter, `reported` the bytecode addresses
+    /// `GetStackSample` gave, `is_bytecode` whether an address lies in a
+    /// bytecode array V8 reported. A frame matches when its candidate is
+    /// among `reported`, and counts against the layout when its candidate
+    /// is no bytecode address at all (V8 sometimes leaves a frame out, so a
+    /// bytecode address it did not report proves nothing; nor do words that
+    /// are not a tagged pointer and a Smi). Returns the
+    /// layout once one is confirmed (and publishes it for the handler): one
+    /// that matched at least `CONFIRMATIONS` frames, missed at most one in
+    /// `MAX_MISS_PER`, and did best.
+    pub fn observe(
+        &mut self,
+        interpreted: &[[u64; WORDS]],
+        reported: &[u64],
+        is_bytecode: &dyn Fn(u64) -> bool,
+    ) -> Option<Layout> {
+        if interpreted.is_empty() || reported.is_empty() {
+            return learned();
+        }
+        for (layout, hits, misses) in &mut self.scores {
+            for w in interpreted {
+                match layout.bytecode(w) {
+                    Some(b) if reported.contains(&b) => *hits += 1,
+                    // Not an interpreted frame's words (a leaf caught in a
+                    // handler's own frame, say): no evidence either way.
+                    None => {}
+                    Some(b) if is_bytecode(b) => {}
+                    Some(_) => *misses += 1,
+                }
+            }
+        }
+        let best = self.scores.iter().max_by_key(|(_, hits, _)| *hits);
+        if let Some(&(layout, hits, misses)) = best {
+            if hits >= CONFIRMATIONS && misses.saturating_mul(MAX_MISS_PER) <= hits {
+                LEARNED.store(layout.pack(), Ordering::Release);
+            }
+        }
+        learned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// The learned layout is process-wide: tests that set it take turns.
+    static LEARNED_LOCK: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn bytecode_follows_v8s_rule() {
+        let l = Layout { array: 0, offset: 1, smi_shift: 32 };
+        let array = 0x1000_0001u64; // tagged heap object
+        let offset = 57u64 << 32; // Smi 57
+        assert_eq!(l.bytecode(&[array, offset, 0, 0]), Some(0x1000_0001 + 57));
+        assert_eq!(l.bytecode(&[array & !1, offset, 0, 0]), None, "untagged array");
+        assert_eq!(l.bytecode(&[array, offset | 1, 0, 0]), None, "not a Smi");
+        let c = Layout { array: 1, offset: 2, smi_shift: 1 };
+        assert_eq!(c.bytecode(&[0, array, 57 << 1, 0]), Some(0x1000_0001 + 57));
+        assert_eq!(c.bytecode(&[0, array, (-4i64 << 1) as u64, 0]), None, "negative offset");
+    }
+
+    #[test]
+    fn reads_only_inside_bounds() {
+        let stack = [11u64, 22, 33, 44, 55, 66, 77, 88];
+        let base = stack.as_ptr() as u64;
+        let bounds = StackBounds::new(base + 8, base + 64);
+        let mut out = [9u64; WORDS];
+        // fp at word 7: reads words 4, 3, 2, 1 (offsets 24..48).
+        read(base + 56, bounds, &mut out);
+        assert_eq!(out, [55, 44, 33, 22]);
+        // fp at word 5: word 0 would be at base, below the bounds.
+        read(base + 40, bounds, &mut out);
+        assert_eq!(out, [33, 22, 0, 0]);
+        read(0, bounds, &mut out);
+        assert_eq!(out, [0; WORDS]);
+        read(u64::MAX, bounds, &mut out);
+        assert_eq!(out, [0; WORDS]);
+    }
+
+    #[test]
+    fn a_frame_v8_left_out_is_neither_a_match_nor_a_miss() {
+        let _turn = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        forget();
+        let mut l = Learner::new();
+        let array = 0x3000_0001u64;
+        let mut got = None;
+        for i in 0..CONFIRMATIONS as u64 {
+            // Two interpreted frames; V8 reports only the first.
+            let frames = [[0, array, i << 32, 0], [0, array + 0x100, 5 << 32, 0]];
+            got = l.observe(&frames, &[array + i], &|b| b >= array && b < array + 0x200);
+        }
+        assert_eq!(got, Some(Layout { array: 1, offset: 2, smi_shift: 32 }));
+        forget();
+    }
+
+    #[test]
+    fn learner_does_not_trust_a_layout_that_misses_often() {
+        let _turn = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        forget();
+        let mut l = Learner::new();
+        let array = 0x2000_0001u64;
+        for i in 0..200u64 {
+            let words = [0x77, array, i << 32, 0];
+            // Every fourth frame reports something else.
+            let reported = if i % 4 == 0 { [array + 9999] } else { [array + i] };
+            assert_eq!(l.observe(&[words], &reported, &|_| false), None);
+        }
+        forget();
+    }
+
+    #[test]
+    fn learner_confirms_the_consistent_layout_only() {
+        let _turn = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        forget();
+        let mut l = Learner::new();
+        let array = 0x2000_0001u64;
+        let never = |_: u64| false;
+        // One frame caught in its setup, with stale words.
+        assert_eq!(l.observe(&[[0x77, 0x1235, 3 << 32, 0]], &[array], &never), None);
+        assert_eq!(l.observe(&[[0x77, 0x1234, 3, 0]], &[array], &never), None);
+        for i in 0..CONFIRMATIONS as u64 {
+            // Words: [junk, array, offset(Smi i), junk]: layout (1, 2, 32).
+            let words = [0x77, array + i * 8, i << 32, 0x99 << 32];
+            let reported = [array + i * 8 + i];
+            let got = l.observe(&[words], &reported, &never);
+            if i + 1 < CONFIRMATIONS as u64 {
+                assert_eq!(got, None);
+            } else {
+                assert_eq!(got, Some(Layout { array: 1, offset: 2, smi_shift: 32 }));
+            }
+        }
+        assert_eq!(learned(), Some(Layout { array: 1, offset: 2, smi_shift: 32 }));
+        forget();
+        assert_eq!(learned(), None);
+    }
+}

@@ -46,11 +46,18 @@ const STALL_CATCHER = `const { workerData } = require('worker_threads')
     Atomics.wait(stop, 0, 0, 100)
     const since = t[0]
     if (since > 0 && Date.now() - since > 1000 && fs.existsSync('/usr/bin/gdb')) {
-      const what = (t[1] === 1 ? 'start()' : 'stop()') + ' running for ' + (Date.now() - since) + ' ms when gdb attached'
+      const what = (t[1] === 1 ? 'start()' : 'stop()') + ' running for ' + (Date.now() - since) + ' ms'
+      // First what every thread is doing right now (cheap), then gdb
+      // (which takes a second to attach, by when the call may be over).
+      const read = (f) => { try { return fs.readFileSync(f, 'utf8').trim() } catch { return '?' } }
+      const tasks = fs.readdirSync('/proc/self/task').map((tid) => {
+        const st = read('/proc/self/task/' + tid + '/stat')
+        return tid + ' ' + read('/proc/self/task/' + tid + '/comm') + ' state=' + st.slice(st.lastIndexOf(')') + 2).split(' ')[0] + ' wchan=' + read('/proc/self/task/' + tid + '/wchan') + ' syscall=' + read('/proc/self/task/' + tid + '/syscall')
+      }).join('\\n')
       let out = ''
       try { out = execFileSync('gdb', ['-p', String(process.pid), '-batch', '-nx', '-ex', 'thread apply all bt 30'], { encoding: 'utf8', timeout: 60000, stdio: ['ignore', 'pipe', 'ignore'] }) } catch (e) { out = String(e.stdout || e) }
       const file = path.join(workerData.results, 'slow-' + workerData.what + '-' + process.pid + '.txt')
-      fs.writeFileSync(file, what + '\\n' + out.split('\\n').filter((l) => /^#|^Thread/.test(l)).join('\\n'))
+      fs.writeFileSync(file, what + '\\nthreads at that moment:\\n' + tasks + '\\ngdb, a second later:\\n' + out.split('\\n').filter((l) => /^#|^Thread/.test(l)).join('\\n'))
       break
     }
   }`
@@ -99,7 +106,7 @@ main(async (o, c) => {
     stall[1] = 1
     stall[0] = Date.now()
     try {
-      ms.start({ intervalMs: 1, ...(i % 7 === 0 ? { maxStackDepth: 1 + (i % 1024) } : {}), ...(i % 11 === 0 ? { nativeUnwinding: false } : {}) })
+      ms.start({ intervalMs: 1, ...(o.jsNames === false ? { jsNames: false } : {}), ...(i % 7 === 0 ? { maxStackDepth: 1 + (i % 1024) } : {}), ...(i % 11 === 0 ? { nativeUnwinding: false } : {}) })
     } catch (e) {
       stall[0] = 0
       c.ok(e.code === 'EAGAIN', `cycle ${i}: start() threw ${e.code}: ${e.message}`)

@@ -16,7 +16,11 @@
 //!   memory through an accessor that asserts every read is in bounds; the
 //!   walker's result must equal the model's, frame for frame;
 //! - depth never exceeds `min(max_depth, out.len(), (hi - lo) / 16 + 1)`
-//!   and nothing is written past it.
+//!   and nothing is written past it;
+//! - `walk_stack_visit` with the signal handler's own visitor
+//!   (`v8::slots::read`, the V8 frame words below each frame pointer) gives
+//!   the same walk, visits each recorded frame once with the right frame
+//!   pointer, and reads nothing outside the bounds either.
 //!
 //! The number of cases comes from `PROPTEST_CASES` (default 3000 per
 //! property, which `cargo test` runs in seconds); `npm run stress` runs
@@ -28,8 +32,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use machsampler::core::walker::{
-    strip_pointer_tag, validate_frame_pointer, walk_stack, Registers, StackBounds, Walk, WalkEnd, ADDRESS_MASK,
+    strip_pointer_tag, validate_frame_pointer, walk_stack, walk_stack_visit, Registers, StackBounds, Walk, WalkEnd,
+    ADDRESS_MASK,
 };
+use machsampler::v8::slots;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -306,52 +312,57 @@ fn realize(g: &Guarded, c: &Case) -> Realized {
 }
 
 /// The walker's contract, written out on its own. `read` asserts that
-/// every address it is asked for lies inside the bounds.
+/// every address it is asked for lies inside the bounds. Also returns, for
+/// each recorded frame, the frame pointer of the function it is in (what
+/// `walk_stack_visit` passes to its visitor).
 fn model(
     regs: &Registers,
     b: StackBounds,
     max_depth: usize,
     out_len: usize,
     read: &dyn Fn(u64) -> u64,
-) -> (Walk, Vec<u64>) {
+) -> (Walk, Vec<u64>, Vec<u64>) {
     let limit = max_depth.min(out_len);
     let pc = regs.pc & ADDRESS_MASK;
     if pc == 0 {
-        return (Walk { depth: 0, end: WalkEnd::NoPc }, vec![]);
+        return (Walk { depth: 0, end: WalkEnd::NoPc }, vec![], vec![]);
     }
     if limit == 0 {
-        return (Walk { depth: 0, end: WalkEnd::Truncated }, vec![]);
+        return (Walk { depth: 0, end: WalkEnd::Truncated }, vec![], vec![]);
     }
     let mut frames = vec![pc];
+    let mut fps = vec![regs.fp & ADDRESS_MASK];
     let sp = regs.sp & ADDRESS_MASK;
     // No frame record lies below the stack pointer.
     let mut lo = if sp > b.lo && sp < b.hi { sp } else { b.lo };
     let mut fp = regs.fp & ADDRESS_MASK;
     loop {
-        let end = |frames: Vec<u64>, end| (Walk { depth: frames.len(), end }, frames);
+        let end = |frames: Vec<u64>, fps: Vec<u64>, end| (Walk { depth: frames.len(), end }, frames, fps);
         if fp == 0 {
-            return end(frames, WalkEnd::Complete);
+            return end(frames, fps, WalkEnd::Complete);
         }
         // A record: 8-aligned, at or above lo, ending at or below hi.
         if fp < lo || !fp.is_multiple_of(8) || (fp as u128) + 16 > b.hi as u128 {
-            return end(frames, WalkEnd::BadFramePointer);
+            return end(frames, fps, WalkEnd::BadFramePointer);
         }
         let next = read(fp) & ADDRESS_MASK;
         let ret = read(fp + 8) & ADDRESS_MASK;
         if ret == 0 {
-            return end(frames, WalkEnd::Complete);
+            return end(frames, fps, WalkEnd::Complete);
         }
         if frames.len() >= limit {
-            return end(frames, WalkEnd::Truncated);
+            return end(frames, fps, WalkEnd::Truncated);
         }
         frames.push(ret);
+        // The return address is in the caller, whose frame is `next`.
+        fps.push(next);
         if next == 0 {
-            return end(frames, WalkEnd::Complete);
+            return end(frames, fps, WalkEnd::Complete);
         }
         // The caller's record lies strictly above this one.
         lo = fp + 16;
         if next < lo {
-            return end(frames, WalkEnd::BadFramePointer);
+            return end(frames, fps, WalkEnd::BadFramePointer);
         }
         fp = next;
     }
@@ -403,9 +414,34 @@ fn check(c: &Case, ends: &Ends) -> Result<(), TestCaseError> {
             assert!(a >= lo && a + 8 <= hi && a.is_multiple_of(8), "the model read {a:#x} outside [{lo:#x}, {hi:#x})");
             memory[((a - base) / 8) as usize]
         };
-        let (want, frames) = model(&r.regs, r.bounds, c.max_depth, c.out_len, &read);
+        let (want, frames, fps) = model(&r.regs, r.bounds, c.max_depth, c.out_len, &read);
         prop_assert_eq!(walk, want, "walker and model disagree");
         prop_assert_eq!(&out[..walk.depth], &frames[..], "frames differ from the model");
+
+        // The same walk with the signal handler's visitor (V8 frame words
+        // below each frame pointer, `v8::slots::read`): identical result,
+        // one visit per recorded frame in order with the model's frame
+        // pointer, and every word it reads lies inside the bounds (a read
+        // outside faults on a guard page or returns poison).
+        let mut out2 = vec![SENTINEL; c.out_len];
+        let mut visits: Vec<(usize, u64)> = Vec::new();
+        let mut poisoned = None;
+        let walk2 = walk_stack_visit(&r.regs, r.bounds, c.max_depth, &mut out2, &mut |i, fp| {
+            let mut words = [0u64; slots::WORDS];
+            slots::read(fp, r.bounds, &mut words);
+            if let Some(w) = words.iter().find(|w| (POISON..POISON + WORDS as u64).contains(w)) {
+                poisoned = Some((i, fp, *w));
+            }
+            visits.push((i, fp));
+        });
+        prop_assert_eq!(walk2, walk, "walk_stack_visit differs from walk_stack");
+        prop_assert_eq!(&out2[..], &out[..], "walk_stack_visit wrote other frames");
+        prop_assert!(poisoned.is_none(), "slots::read returned a word from outside the bounds: {:?}", poisoned);
+        prop_assert_eq!(visits.len(), walk.depth, "one visit per recorded frame");
+        for (k, &(i, fp)) in visits.iter().enumerate() {
+            prop_assert_eq!(i, k, "visits in order");
+            prop_assert_eq!(fp, fps[k], "frame pointer of frame {}", k);
+        }
 
         let counter = match walk.end {
             WalkEnd::Complete => &ends.complete,

@@ -92,7 +92,9 @@ main(async (o, c) => {
     c.ok(s.done, `worker ${i} did not finish`)
     c.eq(s.bad, 0, `worker ${i}: wrong allocation or JSON results`)
     c.ok(s.n > 10, `worker ${i} did only ${s.n} rounds`)
-    c.ok((sampling.busyByTid.get(s.tid) || 0) > 0, `worker ${i} (tid ${s.tid}) never appears busy in a profile`)
+    // (Not under valgrind, which runs one thread at a time and takes a few
+    // dozen samples in all.)
+    if (o.checkBusy !== false) c.ok((sampling.busyByTid.get(s.tid) || 0) > 0, `worker ${i} (tid ${s.tid}) never appears busy in a profile`)
   }
   c.info.rounds = state.reduce((a, s) => a + s.n, mainRounds)
   c.info.allocatedGB = +(state.reduce((a, s) => a + s.bytes, 0) / 1e9).toFixed(1)

@@ -71,10 +71,12 @@ function addonRecords(log) {
     errors,
     definitelyLostAll: summary(/definitely lost: ([\d,]+) bytes/),
     errorSummary: summary(/ERROR SUMMARY: ([\d,]+) errors/),
+    suppressed: summary(/ERROR SUMMARY: [\d,]+ errors from [\d,]+ contexts \(suppressed: ([\d,]+)/),
   }
 }
 
-const VALGRIND = ['--tool=memcheck', '--leak-check=full', '--show-leak-kinds=definite,indirect,possible', '--num-callers=40', '--error-limit=no', '--fair-sched=try']
+// stress/valgrind.supp says which reports are expected, and why.
+const VALGRIND = ['--tool=memcheck', `--suppressions=${path.join(ROOT, 'stress', 'valgrind.supp')}`, '--leak-check=full', '--show-leak-kinds=definite,indirect,possible', '--num-callers=40', '--error-limit=no', '--fair-sched=try']
 
 main(async (o, c) => {
   const node = o.node || process.execPath
@@ -143,6 +145,6 @@ main(async (o, c) => {
   }
   const rec = addonRecords(fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : '')
   c.eq(rec.errors.length, 0, `alloc-storm under valgrind: memory errors in the addon:\n${rec.errors.slice(0, 3).join('\n---\n')}`)
-  c.info.storm = { seconds: +(r.ms / 1000).toFixed(0), samples: res && res.samples, addonErrors: rec.errors.length, processErrors: rec.errorSummary }
+  c.info.storm = { seconds: +(r.ms / 1000).toFixed(0), samples: res && res.samples, addonErrors: rec.errors.length, processErrors: rec.errorSummary, suppressedByValgrindSupp: rec.suppressed }
   fs.rmSync(dir, { recursive: true, force: true })
 })

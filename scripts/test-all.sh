@@ -26,7 +26,13 @@ fi
 
 log "npm packages"
 if [ ! -x node_modules/.bin/jest ] || [ ! -x node_modules/.bin/napi ]; then
-  npm ci --no-audit --no-fund
+  # Not `npm ci`: the lock cannot list the darwin/arm64 builds of our own
+  # platform packages (unpublished) or of @napi-rs/lzma (absent from the
+  # registry mirror), and `npm ci` refuses a lock with optional entries
+  # missing. `npm install` keeps to the lock where it can and skips them.
+  # --ignore-scripts: `prepare` builds the addon, which `npm run build` does
+  # below; no dependency has an install script.
+  npm install --ignore-scripts --no-audit --no-fund
 fi
 
 log "cargo fmt"

@@ -5,9 +5,10 @@ const path = require('path')
 
 const addonPath = path.join(__dirname, '..', '..')
 
-// Loaded before the workloads create their workers, so that the workers
-// load it too and their JavaScript frames are named (as in an app that
-// requires machsampler first).
+// Loaded on the main thread before the workloads create their workers, and
+// by each worker too, so that every isolate registers and its JavaScript
+// frames are named (as with `machsampler record`, whose --require preload
+// runs in workers as well).
 const loaded = process.env.BENCH_SAMPLER_INTERVAL ? require(addonPath) : null
 
 function maybeStartSampler() {

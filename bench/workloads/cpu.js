@@ -40,6 +40,7 @@ if (isMainThread) {
     finish(ms, { workload: 'cpu', ops, seconds: (Date.now() - t0) / 1000, opsPerSec: ops / seconds })
   })
 } else {
+  require('./common') // loads the addon here too, as a preload would
   run(0.5)
   parentPort.postMessage(run(workerData.seconds))
 }

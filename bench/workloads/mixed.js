@@ -12,6 +12,7 @@ function fib(n) {
 }
 
 if (!isMainThread) {
+  require('./common') // loads the addon here too, as a preload would
   const end = Date.now() + workerData.ms
   let x = 0
   while (Date.now() < end) x += fib(20)

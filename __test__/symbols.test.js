@@ -33,6 +33,20 @@ describeLinux('JIT names', () => {
     expect(hottest).toMatch(/^fib \(.*scenario\.js:\d+(:\d+)?\)$/)
   })
 
+  test('a JIT address V8 reused later keeps, in earlier samples, the name it had then', () => {
+    // A worker without the addon, named only from the perf map; a later
+    // line at fib's address would win if lines were not weighed by time.
+    const { spawnSync } = require('child_process')
+    const path = require('path')
+    const fixture = path.join(__dirname, 'fixtures', 'perfmap-reuse.js')
+    const r = spawnSync(process.execPath, ['--perf-basic-prof-only-functions', fixture], { encoding: 'utf8', timeout: 60000 })
+    expect(r.status).toBe(0)
+    const out = JSON.parse(r.stdout.trim().split('\n').pop())
+    expect(out.impostorKept).toBe(true) // else the map was overwritten and this proves nothing
+    expect(out.fib).toBeGreaterThan(500)
+    expect(out.impostor).toBe(0)
+  })
+
   test('without any flag, fib is named from V8 itself', () => {
     const { top } = scenario('jit', {})
     expect(top.main[0][0]).toMatch(/^fib \(.*scenario\.js:\d+(:\d+)?\)$/)

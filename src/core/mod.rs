@@ -7,6 +7,7 @@ pub mod buffer;
 pub mod critical;
 pub mod error;
 pub mod options;
+pub mod perf_map_watch;
 pub mod registry;
 pub mod sampler;
 pub mod stacks;

@@ -24,6 +24,7 @@ use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, JsFrames};
 use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
 use super::options::SamplerOptions;
+use super::perf_map_watch::{PerfMapTimeline, PerfMapWatch};
 use super::registry::{ThreadEntry, ThreadRegistry};
 use super::stacks::StackTable;
 use super::stats::{Stats, StatsSnapshot};
@@ -98,6 +99,8 @@ pub struct Recording {
     pub stats: StatsSnapshot,
     /// Names of the JavaScript frames (`JS_FRAME_TAG | index`).
     pub js_names: Vec<String>,
+    /// The growth of V8's perf map during the session, if it has one.
+    pub perf_map: PerfMapTimeline,
 }
 
 struct ThreadState {
@@ -323,6 +326,8 @@ pub fn run<B: Backend>(
     let mut schedule = Schedule::new(start_ns, options.interval_ns);
     let mut last_refresh: Option<u64> = None;
     let mut last_full_refresh = start_ns;
+    let mut perf_map = PerfMapWatch::open_for_current_process();
+    perf_map.observe(start_ns);
 
     loop {
         match stop.try_recv() {
@@ -383,6 +388,8 @@ pub fn run<B: Backend>(
         if !batch.is_empty() {
             backend.request(&batch, cfg, &mut |c| session.on_capture(c));
         }
+        // After the request: every thread stopped by it has been resumed.
+        perf_map.observe(backend.now_ns());
         if stats.ticks.get().is_multiple_of(16) {
             stats.sampler_cpu_ns.set(backend.own_cpu_ns());
         }
@@ -412,6 +419,7 @@ pub fn run<B: Backend>(
         start_wall_ms,
         stats: stats.snapshot(shared.registry.len() as u64),
         js_names: session.js.map(|j| j.names().to_vec()).unwrap_or_default(),
+        perf_map: perf_map.finish(),
     }
 }
 

@@ -13,7 +13,9 @@
 //! 1. the module containing it (from the profile's module table): the
 //!    nearest symbol at or below its file address, demangled, with file:line
 //!    from DWARF where present;
-//! 2. V8's perf map for JIT code (`/tmp/perf-<pid>.map`);
+//! 2. V8's perf map for JIT code (`/tmp/perf-<pid>.map`), newest line first
+//!    (addresses whose meaning changed during the session were already
+//!    pinned per sample at `stop()`, see `jit_history`);
 //! 3. otherwise it stays `0x…`, attributed to its module if it has one.
 //!
 //! Return addresses point after the call, so every frame used as a caller is
@@ -24,6 +26,7 @@
 //! build id, so symbolizing a second profile is cheap.
 
 pub mod demangle;
+pub mod jit_history;
 pub mod module;
 pub mod perfmap;
 
@@ -65,7 +68,7 @@ pub fn clear_cache() {
 
 /// For each frame, whether it is ever a caller (a return address) rather
 /// than only the interrupted pc.
-fn caller_frames(profile: &ProfileData) -> Vec<bool> {
+pub(crate) fn caller_frames(profile: &ProfileData) -> Vec<bool> {
     let mut caller = vec![false; profile.frame_address.len()];
     for &parent in &profile.stack_parent {
         if parent >= 0 {

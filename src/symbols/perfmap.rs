@@ -52,17 +52,28 @@ pub fn split_location(location: &str) -> (String, u32) {
 
 #[derive(Debug, Default)]
 pub struct PerfMap {
-    /// Sorted by start; `seq` records file order so later lines win.
-    entries: Vec<(JitEntry, usize)>,
+    /// Sorted by start, each with the byte offset where its line ends: the
+    /// file is append-only, so that offset orders the lines (later lines
+    /// win) and says when each had been written (see
+    /// `crate::core::perf_map_watch`).
+    entries: Vec<(JitEntry, u64)>,
     /// Longest entry, to bound the backward scan in `find`.
     max_len: u64,
 }
 
 impl PerfMap {
     pub fn parse(text: &str) -> PerfMap {
+        Self::parse_bytes(text.as_bytes())
+    }
+
+    pub fn parse_bytes(bytes: &[u8]) -> PerfMap {
         let mut entries = Vec::new();
         let mut max_len = 0;
-        for (seq, line) in text.lines().enumerate() {
+        let mut line_end = 0u64;
+        for raw_line in bytes.split_inclusive(|&b| b == b'\n') {
+            line_end += raw_line.len() as u64;
+            let line = String::from_utf8_lossy(raw_line);
+            let line = line.trim_end_matches(['\n', '\r']);
             let mut it = line.splitn(3, ' ');
             let (Some(start), Some(size), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
             let (Ok(start), Ok(size)) = (u64::from_str_radix(start, 16), u64::from_str_radix(size, 16)) else {
@@ -73,16 +84,16 @@ impl PerfMap {
                 continue;
             }
             max_len = max_len.max(size);
-            entries.push((JitEntry { start, end, raw: name.to_string() }, seq));
+            entries.push((JitEntry { start, end, raw: name.to_string() }, line_end));
         }
-        entries.sort_by_key(|(e, seq)| (e.start, *seq));
+        entries.sort_by_key(|(e, at)| (e.start, *at));
         PerfMap { entries, max_len }
     }
 
     /// Reads a perf map; a missing or unreadable file is an empty map.
     pub fn read(path: &Path) -> PerfMap {
         match std::fs::read(path) {
-            Ok(bytes) => Self::parse(&String::from_utf8_lossy(&bytes)),
+            Ok(bytes) => Self::parse_bytes(&bytes),
             Err(_) => PerfMap::default(),
         }
     }
@@ -97,18 +108,30 @@ impl PerfMap {
 
     /// The entry covering `addr` written last, with its index (a stable key).
     pub fn find(&self, addr: u64) -> Option<(usize, &JitEntry)> {
-        let upper = self.entries.partition_point(|(e, _)| e.start <= addr);
-        let mut best: Option<(usize, usize)> = None; // (index, seq)
-        for i in (0..upper).rev() {
-            let (e, seq) = &self.entries[i];
-            if addr - e.start >= self.max_len {
-                break; // no earlier entry can reach this far
-            }
-            if addr < e.end && best.is_none_or(|(_, s)| *seq > s) {
-                best = Some((i, *seq));
+        self.find_written_by(addr, u64::MAX)
+    }
+
+    /// As `find`, among the lines that end at or before byte `size` of the
+    /// file: the name `addr` had when the file was that long.
+    pub fn find_written_by(&self, addr: u64, size: u64) -> Option<(usize, &JitEntry)> {
+        let mut best: Option<(usize, u64)> = None; // (index, line end)
+        for (i, _, at) in self.covering(addr) {
+            if at <= size && best.is_none_or(|(_, b)| at > b) {
+                best = Some((i, at));
             }
         }
         best.map(|(i, _)| (i, &self.entries[i].0))
+    }
+
+    /// Every entry covering `addr`: (index, entry, byte offset of its line end).
+    pub fn covering(&self, addr: u64) -> impl Iterator<Item = (usize, &JitEntry, u64)> {
+        let upper = self.entries.partition_point(|(e, _)| e.start <= addr);
+        let max_len = self.max_len;
+        (0..upper)
+            .rev()
+            .map(|i| (i, &self.entries[i].0, self.entries[i].1))
+            .take_while(move |(_, e, _)| addr - e.start < max_len)
+            .filter(move |(_, e, _)| addr < e.end)
     }
 }
 
@@ -134,6 +157,28 @@ mod tests {
         assert!(m.find(0x10ff + 1).is_none());
         assert!(m.find(0x999).is_none());
         assert!(m.find(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn lines_written_by_a_size_exclude_later_reuse() {
+        let text = "1000 100 JS:*fib /app/fib.js:3:13\n1000 40 JS:~flushSync node:x:47:19\n";
+        let m = PerfMap::parse(text);
+        let first_end = text.find('\n').unwrap() as u64 + 1;
+        assert_eq!(m.find(0x1010).unwrap().1.raw, "JS:~flushSync node:x:47:19");
+        assert_eq!(m.find_written_by(0x1010, first_end).unwrap().1.raw, "JS:*fib /app/fib.js:3:13");
+        assert_eq!(m.find_written_by(0x1010, text.len() as u64).unwrap().1.raw, "JS:~flushSync node:x:47:19");
+        assert!(m.find_written_by(0x1010, first_end - 1).is_none());
+        assert_eq!(m.covering(0x1010).count(), 2);
+        assert_eq!(m.covering(0x1050).count(), 1);
+    }
+
+    #[test]
+    fn invalid_utf8_keeps_byte_offsets() {
+        let mut bytes = b"1000 10 JS:~a\xff /x.js:1:1\n".to_vec();
+        let first_end = bytes.len() as u64;
+        bytes.extend_from_slice(b"1000 10 JS:~b /x.js:2:1\n");
+        let m = PerfMap::parse_bytes(&bytes);
+        assert!(m.find_written_by(0x1000, first_end).unwrap().1.raw.starts_with("JS:~a"));
     }
 
     #[test]

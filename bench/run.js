@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict'
-// npm run bench [-- --quick] [-- --only overhead,rate,...]
+// npm run bench [-- --quick] [-- --only=overhead,overheadAB,rate,...]
 //
 // Measures machsampler next to V8's profiler (--cpu-prof) and perf, and
 // writes every figure to bench/results/latest.json, then prints a table.
@@ -8,6 +8,10 @@
 // in the same run: configurations are interleaved round by round
 // (A B C A B C ...), each round's ratio is taken against that round's
 // baseline, and the median of the rounds is reported with its spread.
+// Overhead is also taken as on/off phases inside one process (a process's
+// JIT makes its speed vary ±15 % from one process to the next), and as the
+// sampler's own measured CPU (its thread plus handler time), the part of
+// the overhead that no noise hides.
 // Nothing here passes or fails; targets are printed next to the figures.
 
 const { spawn, spawnSync, execFileSync } = require('child_process')
@@ -24,8 +28,8 @@ const want = (name) => ONLY.length === 0 || ONLY.includes(name)
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-bench-'))
 
 const cfg = QUICK
-  ? { rounds: 2, seconds: 1.5, rateSeconds: 2, scale: [8, 64], memSeconds: 3, fidelitySeconds: 3, postSamples: 200000 }
-  : { rounds: 5, seconds: 4, rateSeconds: 10, scale: [8, 64, 256], memSeconds: 60, fidelitySeconds: 15, postSamples: 1000000 }
+  ? { rounds: 2, seconds: 1.5, rateSeconds: 2, scale: [8, 64], memSeconds: 3, fidelitySeconds: 3, postSamples: 200000, abCycles: 3 }
+  : { rounds: 5, seconds: 4, rateSeconds: 10, scale: [8, 64, 256], memSeconds: 60, fidelitySeconds: 15, postSamples: 1000000, abCycles: 15 }
 
 const log = (...m) => process.stderr.write(m.join(' ') + '\n')
 
@@ -83,11 +87,17 @@ function overhead(results, perfOk) {
     { name: 'machsampler1kHz', env: { BENCH_SAMPLER_INTERVAL: '1' } },
     { name: 'cpuProf1kHz', nodeArgs: ['--cpu-prof', '--cpu-prof-interval', '1000', '--cpu-prof-dir', path.join(TMP, 'cpuprof')] },
   ]
-  if (perfOk === true) configs.push({ name: 'perf1kHz', wrap: ['perf', 'record', '-F', '1000', '-g', '-q', '-o', path.join(TMP, 'perf.data'), '--'] })
+  // perf runs in its own process: /usr/bin/time gives perf + node, and
+  // node reports its own, so perf's CPU is the difference (its start and
+  // its exit-time processing included: a cost of the tool).
+  const perfTime = path.join(TMP, 'perf.time')
+  const timeWrap = fs.existsSync('/usr/bin/time') ? ['/usr/bin/time', '-f', '%U %S', '-o', perfTime] : []
+  if (perfOk === true) configs.push({ name: 'perf1kHz', wrap: [...timeWrap, 'perf', 'record', '-F', '1000', '-g', '-q', '-o', path.join(TMP, 'perf.data'), '--'], timed: timeWrap.length > 0 })
   const out = {}
   for (const workload of ['cpu', 'pool']) {
     const runs = Object.fromEntries(configs.map((c) => [c.name, []]))
     const ratios = Object.fromEntries(configs.map((c) => [c.name, []]))
+    const cpuRatios = Object.fromEntries(configs.map((c) => [c.name, []]))
     for (let round = 0; round < cfg.rounds; round++) {
       // Rotate the order so no configuration always runs first.
       const order = configs.map((_, i) => configs[(i + round) % configs.length])
@@ -98,11 +108,19 @@ function overhead(results, perfOk) {
           nodeArgs: c.nodeArgs || [],
           wrap: c.wrap || null,
         })
+        if (c.timed) {
+          const [u, sys] = fs.readFileSync(perfTime, 'utf8').trim().split('\n').pop().split(' ').map(Number)
+          r.toolCpuSec = Math.max(0, u + sys - r.processCpuSec)
+        }
         runs[c.name].push(r)
-        roundOps[c.name] = r.opsPerSec
+        roundOps[c.name] = r
       }
-      for (const c of configs) ratios[c.name].push(roundOps[c.name] / roundOps.none)
-      log(`overhead ${workload} round ${round + 1}/${cfg.rounds}:`, configs.map((c) => `${c.name}=${(roundOps[c.name] / roundOps.none).toFixed(3)}`).join(' '))
+      const cpuPerOp = (r) => (r.cpuSec + (r.toolCpuSec || 0)) / r.ops
+      for (const c of configs) {
+        ratios[c.name].push(roundOps[c.name].opsPerSec / roundOps.none.opsPerSec)
+        cpuRatios[c.name].push(cpuPerOp(roundOps[c.name]) / cpuPerOp(roundOps.none))
+      }
+      log(`overhead ${workload} round ${round + 1}/${cfg.rounds} (throughput, CPU per op):`, configs.map((c) => `${c.name}=${ratios[c.name][round].toFixed(3)},${cpuRatios[c.name][round].toFixed(3)}`).join(' '))
     }
     out[workload] = Object.fromEntries(
       configs.map((c) => [
@@ -112,6 +130,9 @@ function overhead(results, perfOk) {
           overheadPct: (1 - median(ratios[c.name])) * 100,
           spread: spread(ratios[c.name]),
           opsPerSec: median(runs[c.name].map((r) => r.opsPerSec)),
+          cpuPerOpRatio: median(cpuRatios[c.name]),
+          cpuOverheadPct: (median(cpuRatios[c.name]) - 1) * 100,
+          cpuSpread: spread(cpuRatios[c.name]),
         },
       ]),
     )
@@ -124,12 +145,37 @@ function overhead(results, perfOk) {
         deliveryP50Ns: median(st.map((s) => s.deliveryP50Ns)),
         deliveryP99Ns: median(st.map((s) => s.deliveryP99Ns)),
         samplerCpuPct: median(runs[name].map((r) => (r.stats.samplerCpuNs / 1e9 / r.seconds) * 100)),
+        // What the sampler itself spends (its thread, plus every handler's
+        // time in the sampled threads), over the workload's CPU time in the
+        // same window: the direct part of the overhead, measured rather
+        // than inferred from a noisy throughput difference.
+        directCostPct: median(runs[name].map((r) => ((r.stats.samplerCpuNs + r.stats.totalSuspendNs) / 1e9 / r.cpuSec) * 100)),
         ticksMissed: st.reduce((a, s) => a + s.ticksMissed, 0),
       }
     }
   }
   if (perfOk !== true) out.perfSkipped = perfOk
   results.overhead = out
+}
+
+// 1b. overhead as on/off phases inside one process (bench/workloads/toggle.js
+// says why): each configuration against the "off" phase of the same cycle.
+function overheadAB(results, perfOk) {
+  const phases = ['off', 'ms100', 'ms1k', 'v8prof1k', ...(perfOk === true ? ['perf1k'] : [])]
+  const out = { note: 'Throughput in on/off phases of one process (500 ms phases, the first 100 ms not counted), the configurations rotated each cycle; ratio to the same cycle\'s off phase, median of the cycles. v8prof1k is V8\'s CPU profiler at 1 ms through the inspector, on every thread (what --cpu-prof runs).' }
+  for (const workload of ['cpu', 'pool']) {
+    const r = runNode(path.join(WL, 'toggle.js'), {
+      env: { BENCH_WORKLOAD: workload, BENCH_PHASES: phases.join(','), BENCH_CYCLES: String(cfg.abCycles), BENCH_PERF_OUT: path.join(TMP, 'ab.perf.data') },
+    })
+    out[workload] = Object.fromEntries(
+      phases.map((p) => {
+        const ratios = r.rates[p].map((x, i) => x / r.rates.off[i])
+        return [p, { throughputRatio: median(ratios), overheadPct: (1 - median(ratios)) * 100, spread: spread(ratios) }]
+      }),
+    )
+    log(`overhead A/B ${workload}:`, phases.map((p) => `${p}=${out[workload][p].throughputRatio.toFixed(3)}`).join(' '))
+  }
+  results.overheadAB = out
 }
 
 // ---------------------------------------------------------------------------
@@ -535,6 +581,22 @@ function table(r) {
       rows.push([`overhead ${w} @1 kHz`, fmtPct(x.machsampler1kHz.overheadPct) + fmtSpread(x.machsampler1kHz.spread), fmtPct(x.cpuProf1kHz.overheadPct) + fmtSpread(x.cpuProf1kHz.spread), perf, '≤ 3 %, below both'])
     }
   }
+  if (o) {
+    for (const w of ['cpu', 'pool']) {
+      const x = o[w]
+      const c = (k) => x[k].sampler?.directCostPct
+      if (c('machsampler100Hz') != null) rows.push([`direct cost ${w}: sampler + handlers, 100 Hz / 1 kHz`, `${c('machsampler100Hz').toFixed(2)} % / ${c('machsampler1kHz').toFixed(2)} %`, '-', '-', 'of the workload\'s CPU'])
+    }
+  }
+  const ab = r.overheadAB
+  if (ab) {
+    for (const w of ['cpu', 'pool']) {
+      const x = ab[w]
+      const f = (c) => (c ? fmtPct(c.overheadPct) + fmtSpread(c.spread) : 'skipped')
+      rows.push([`overhead ${w} @100 Hz, in-process A/B`, f(x.ms100), '-', '-', '≤ 1 %'])
+      rows.push([`overhead ${w} @1 kHz, in-process A/B`, f(x.ms1k), f(x.v8prof1k), f(x.perf1k), '≤ 3 %, below both'])
+    }
+  }
   const d = r.disruption
   if (d) {
     const a = d.threadsWithinCores
@@ -603,6 +665,7 @@ async function main() {
     config: cfg,
   }
   if (want('overhead')) overhead(results, perfOk)
+  if (want('overheadAB')) overheadAB(results, perfOk)
   if (want('disruption')) disruption(results)
   if (want('rate')) rate(results)
   if (want('fidelity')) await fidelity(results, perfOk)

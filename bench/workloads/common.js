@@ -11,7 +11,13 @@ const addonPath = path.join(__dirname, '..', '..')
 // runs in workers as well).
 const loaded = process.env.BENCH_SAMPLER_INTERVAL ? require(addonPath) : null
 
+// CPU time of the whole process (every thread: workers, the pool, the
+// sampler thread, V8's profiler thread) from the start of the measured
+// window; less sensitive than throughput to other tenants of the machine.
+let windowCpu = null
+
 function maybeStartSampler() {
+  windowCpu = process.cpuUsage()
   const interval = process.env.BENCH_SAMPLER_INTERVAL
   if (!interval) return null
   const ms = loaded
@@ -20,6 +26,12 @@ function maybeStartSampler() {
 }
 
 function finish(ms, result) {
+  if (windowCpu) {
+    const d = process.cpuUsage(windowCpu)
+    result.cpuSec = (d.user + d.system) / 1e6
+  }
+  const all = process.cpuUsage()
+  result.processCpuSec = (all.user + all.system) / 1e6
   if (ms) {
     const t0 = process.hrtime.bigint()
     const p = ms.stop()

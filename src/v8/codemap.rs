@@ -122,6 +122,15 @@ pub struct CodeMap {
     seq: u64,
     limits: Limits,
     stats: MapStats,
+    /// Changes whenever an entry is inserted (process-unique, so two maps
+    /// never share a value): until it changes, an address that no entry
+    /// covers stays uncovered, whatever the time asked about.
+    generation: u64,
+}
+
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Default for CodeMap {
@@ -143,7 +152,14 @@ impl CodeMap {
             seq: 0,
             limits,
             stats: MapStats::default(),
+            generation: next_generation(),
         }
+    }
+
+    /// See the field: a cache of addresses `lookup` found no entry for is
+    /// valid while this stays the same.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn stats(&self) -> MapStats {
@@ -207,6 +223,7 @@ impl CodeMap {
             self.stats.evicted += 1;
         }
         self.seq += 1;
+        self.generation = next_generation();
         let seq = self.seq;
         self.entries.insert((start, seq), Entry { len: len.max(1), name, kind, isolate, born: t, died: ALIVE });
         self.live.insert(start, seq);
@@ -387,6 +404,12 @@ pub struct JsName {
     pub is_js: bool,
 }
 
+/// `parse_js_name(raw).is_js` without building the name: the sampler
+/// classifies every frame of every sample with it.
+pub fn is_js_name(raw: &str) -> bool {
+    raw.split_once(':').is_some_and(|(kind, _)| matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval"))
+}
+
 /// Splits V8's code-event name: `JS:<tier><name> <url>:<line>:<column>`
 /// (V8 11+), `Function:`/`LazyCompile:<tier><name> <url>:<line>:<column>`
 /// (V8 10), `Script:~ <url>` for top-level code, `Eval:`, or anything else
@@ -442,6 +465,27 @@ fn looks_like_location(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_js_name_agrees_with_the_parser() {
+        for raw in [
+            "JS:*fib /app/fib.js:3:13",
+            "JS:~ node:internal/main/eval_string:1:1",
+            "LazyCompile:*fib /app/fib.js:306",
+            "Function:~a b.js:1",
+            "Script:~ /x.js",
+            "Eval:~ ",
+            "JS:o*hot /a.js:1:1",
+            "Builtin:InterpreterEntryTrampoline",
+            "BytecodeHandler:Ldar",
+            "RegExp:a+b",
+            "Stub:CEntry",
+            "no colon",
+            "",
+        ] {
+            assert_eq!(is_js_name(raw), parse_js_name(raw).is_js, "{raw}");
+        }
+    }
     use proptest::prelude::*;
 
     const FIB: &str = "JS:*fib /app/fib.js:3:13";

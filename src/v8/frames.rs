@@ -12,13 +12,14 @@
 //! address the map does not know stays a plain address, for the perf map or
 //! `0x…` later.
 
+use std::cell::RefCell;
 use std::sync::{Mutex, PoisonError};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::codemap::parse_js_name;
 use super::events::{code_map, V8Ranges};
-use super::merge::{classifier, lookup_code, merge_stacks, AddrClass, Merged};
+use super::merge::{class_of, lookup_code, merge_stacks, AddrClass, Merged};
 use super::slots;
 use crate::core::backend::{CapturedStack, JsFrames, JS_FRAME_TAG};
 
@@ -52,13 +53,27 @@ fn ranges_of(tid: u64) -> V8Ranges {
 #[derive(Default)]
 pub struct V8JsFrames {
     names: Vec<String>,
+    /// By displayed name: one frame per function, whatever its tier.
     index: FxHashMap<String, u32>,
+    /// By V8's raw text, so the common case (a code object seen before)
+    /// costs one hash lookup, not a parse and two allocations per frame
+    /// (which were a third of the sampler thread's time at 1 kHz).
+    by_raw: FxHashMap<String, u32>,
     native: Vec<u64>,
     js: Vec<u64>,
     interpreted: Vec<[u64; slots::WORDS]>,
     learner: slots::Learner,
     merged: Vec<Merged>,
+    /// Addresses the code map has no entry for (most native frames), valid
+    /// for `uncovered_generation` of the map: without it, each native frame
+    /// of each sample cost a backward scan of the map (a third of the
+    /// sampler thread's time at 1 kHz).
+    uncovered: RefCell<FxHashSet<u64>>,
+    uncovered_generation: u64,
 }
+
+/// Bounds the `uncovered` cache (distinct native return addresses).
+const MAX_UNCOVERED: usize = 1 << 16;
 
 impl V8JsFrames {
     pub fn new() -> Self {
@@ -66,12 +81,16 @@ impl V8JsFrames {
     }
 
     fn intern(&mut self, raw: &str) -> u64 {
+        if let Some(&i) = self.by_raw.get(raw) {
+            return JS_FRAME_TAG | i as u64;
+        }
         let display = parse_js_name(raw).display;
         let next = self.names.len() as u32;
         let i = *self.index.entry(display).or_insert_with(|| {
             self.names.push(raw.to_string());
             next
         });
+        self.by_raw.insert(raw.to_string(), i);
         JS_FRAME_TAG | i as u64
     }
 }
@@ -85,7 +104,23 @@ impl JsFrames for V8JsFrames {
     fn merge(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
         let ranges = ranges_of(c.tid);
         let map = code_map();
-        let classify = classifier(&map, &ranges, c.time_ns);
+        if self.uncovered_generation != map.generation() || self.uncovered.get_mut().len() >= MAX_UNCOVERED {
+            self.uncovered.get_mut().clear();
+            self.uncovered_generation = map.generation();
+        }
+        let uncovered = &self.uncovered;
+        let classify = |addr: u64| {
+            if uncovered.borrow().contains(&addr) {
+                return AddrClass::Other;
+            }
+            match lookup_code(&map, &ranges, addr, c.time_ns) {
+                Some(h) => class_of(&h),
+                None => {
+                    uncovered.borrow_mut().insert(addr);
+                    AddrClass::Other
+                }
+            }
+        };
 
         // Interpreted frames: the native frames in the interpreter, with
         // the bytecode position read from their frames (`slots`), once the

@@ -28,7 +28,7 @@
 
 use crate::core::walker::WalkEnd;
 
-use super::codemap::{parse_js_name, CodeKind, CodeMap};
+use super::codemap::{is_js_name, CodeKind, CodeMap};
 use super::events::V8Ranges;
 
 /// What an address is, for merging.
@@ -185,11 +185,19 @@ pub fn lookup_code<'m>(map: &'m CodeMap, ranges: &V8Ranges, addr: u64, t: u64) -
 /// A classifier from the code map as of time `t` (call with the map locked;
 /// the closure borrows it).
 pub fn classifier<'a>(map: &'a CodeMap, ranges: &'a V8Ranges, t: u64) -> impl Fn(u64) -> AddrClass + 'a {
-    move |addr| match lookup_code(map, ranges, addr, t) {
-        Some(h) if h.kind == CodeKind::Bytecode => AddrClass::Bytecode,
-        Some(h) if is_interpreter_name(h.raw) => AddrClass::InterpreterSlot,
-        Some(h) if parse_js_name(h.raw).is_js => AddrClass::JsCode,
-        _ => AddrClass::Other,
+    move |addr| lookup_code(map, ranges, addr, t).map_or(AddrClass::Other, |h| class_of(&h))
+}
+
+/// The class of an address the code map knows.
+pub fn class_of(h: &super::codemap::Hit<'_>) -> AddrClass {
+    if h.kind == CodeKind::Bytecode {
+        AddrClass::Bytecode
+    } else if is_interpreter_name(h.raw) {
+        AddrClass::InterpreterSlot
+    } else if is_js_name(h.raw) {
+        AddrClass::JsCode
+    } else {
+        AddrClass::Other
     }
 }
 

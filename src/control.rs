@@ -15,6 +15,7 @@ use crate::core::options::SamplerOptions;
 use crate::core::sampler::{Recording, RunningSampler, Shared};
 use crate::core::stats::StatsSnapshot;
 use crate::platform;
+use crate::profile::ProfileData;
 
 static RUNNING: Mutex<Option<RunningSampler>> = Mutex::new(None);
 static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
@@ -62,6 +63,18 @@ pub fn stop() -> Result<Recording, SamplerError> {
     platform::set_js_frames(false);
     drop(slot);
     Ok(rec)
+}
+
+/// Stops the sampler and builds the profile: the recording, the modules
+/// loaded now, and JIT frames pinned to the perf-map line each sample saw
+/// (see `symbols::jit_history`; that needs this process's perf map, so it
+/// happens here rather than at symbolization).
+pub fn stop_profile() -> Result<ProfileData, SamplerError> {
+    let mut rec = stop()?;
+    let perf_map = std::mem::take(&mut rec.perf_map);
+    let mut data = ProfileData::from_recording(rec, platform::loaded_modules());
+    crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &perf_map);
+    Ok(data)
 }
 
 /// Stops V8's code events if no session is running. Installing them costs

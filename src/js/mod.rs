@@ -283,10 +283,7 @@ impl From<&StatsSnapshot> for Stats {
 /// @throws `ESRCH` if the sampler is not running.
 #[napi(ts_return_type = "Profile")]
 pub fn stop(env: &Env) -> Result<Profile<'_>, &'static str> {
-    let mut rec = control::stop().map_err(js_error)?;
-    let perf_map = std::mem::take(&mut rec.perf_map);
-    let mut data = crate::profile::ProfileData::from_recording(rec, crate::platform::loaded_modules());
-    crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &perf_map);
+    let data = control::stop_profile().map_err(js_error)?;
     Profile::from_data(env, &data).map_err(napi_fail)
 }
 

@@ -24,8 +24,8 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
-use super::caller_frames;
 use super::perfmap::PerfMap;
+use super::{lookup_addresses, ModuleRanges};
 use crate::core::backend::JS_FRAME_TAG;
 use crate::core::perf_map_watch::PerfMapTimeline;
 use crate::profile::{js_frame_index, ProfileData};
@@ -44,22 +44,13 @@ fn pin_with(profile: &mut ProfileData, timeline: &PerfMapTimeline, map: &PerfMap
     if map.is_empty() || profile.sample_count() == 0 {
         return 0;
     }
-    let caller = caller_frames(profile);
-    let mut modules: Vec<(u64, u64)> = profile.modules.iter().map(|m| (m.start, m.end)).collect();
-    modules.sort_unstable();
-    let in_module = |addr: u64| {
-        let i = modules.partition_point(|m| m.0 <= addr);
-        i > 0 && addr < modules[i - 1].1
-    };
+    let probes = lookup_addresses(profile);
+    let modules = ModuleRanges::new(profile);
 
-    // Frame index -> the address to look up (a return address minus one).
+    // Frame index -> the address to look up.
     let mut ambiguous: FxHashMap<u32, u64> = FxHashMap::default();
-    for (i, &addr) in profile.frame_address.iter().enumerate() {
-        if js_frame_index(addr).is_some() {
-            continue;
-        }
-        let probe = if caller[i] { addr.saturating_sub(1) } else { addr };
-        if in_module(probe) {
+    for (i, (&addr, &probe)) in profile.frame_address.iter().zip(&probes).enumerate() {
+        if js_frame_index(addr).is_some() || modules.find(probe).is_some() {
             continue;
         }
         let mut names = map.covering(probe).map(|(_, e, _)| e.raw.as_str());
@@ -74,7 +65,14 @@ fn pin_with(profile: &mut ProfileData, timeline: &PerfMapTimeline, map: &PerfMap
 
     let mut name_index: FxHashMap<String, u32> =
         profile.js_names.iter().enumerate().map(|(i, n)| (n.clone(), i as u32)).collect();
-    let mut frame_of: FxHashMap<u64, u32> = FxHashMap::default();
+    // Tagged frames already in the profile are reused, not duplicated.
+    let mut frame_of: FxHashMap<u64, u32> = profile
+        .frame_address
+        .iter()
+        .enumerate()
+        .filter(|(_, &a)| js_frame_index(a).is_some())
+        .map(|(i, &a)| (a, i as u32))
+        .collect();
     let mut node_of: FxHashMap<(i32, u32), u32> = FxHashMap::default();
     let mut path: Vec<u32> = Vec::new();
     let mut changed = 0;

@@ -66,9 +66,10 @@ pub fn clear_cache() {
     cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
-/// For each frame, whether it is ever a caller (a return address) rather
-/// than only the interrupted pc.
-pub(crate) fn caller_frames(profile: &ProfileData) -> Vec<bool> {
+/// For each frame, the address to look it up at. Return addresses point
+/// after the call, so a frame that is ever a caller is looked up at
+/// `address - 1`; one that is only ever the interrupted pc, as is.
+pub(crate) fn lookup_addresses(profile: &ProfileData) -> Vec<u64> {
     let mut caller = vec![false; profile.frame_address.len()];
     for &parent in &profile.stack_parent {
         if parent >= 0 {
@@ -79,7 +80,26 @@ pub(crate) fn caller_frames(profile: &ProfileData) -> Vec<bool> {
             }
         }
     }
-    caller
+    profile.frame_address.iter().zip(caller).map(|(&a, c)| if c { a.saturating_sub(1) } else { a }).collect()
+}
+
+/// The profile's module table, searchable by address.
+pub(crate) struct ModuleRanges(Vec<(usize, u64, u64)>);
+
+impl ModuleRanges {
+    pub fn new(profile: &ProfileData) -> Self {
+        let mut v: Vec<(usize, u64, u64)> =
+            profile.modules.iter().enumerate().map(|(i, m)| (i, m.start, m.end)).collect();
+        v.sort_by_key(|m| m.1);
+        ModuleRanges(v)
+    }
+
+    /// The index (in `profile.modules`) of the module containing `addr`.
+    pub fn find(&self, addr: u64) -> Option<usize> {
+        let i = self.0.partition_point(|m| m.1 <= addr).checked_sub(1)?;
+        let (idx, _, end) = self.0[i];
+        (addr < end).then_some(idx)
+    }
 }
 
 #[derive(Hash, PartialEq, Eq)]
@@ -92,15 +112,8 @@ enum FunctionKey {
 
 /// Resolves every frame of `profile`.
 pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbols {
-    let caller = caller_frames(profile);
-    let mut modules: Vec<(usize, u64, u64)> =
-        profile.modules.iter().enumerate().map(|(i, m)| (i, m.start, m.end)).collect();
-    modules.sort_by_key(|m| m.1);
-    let module_of = |addr: u64| -> Option<usize> {
-        let i = modules.partition_point(|m| m.1 <= addr).checked_sub(1)?;
-        let (idx, _, end) = modules[i];
-        (addr < end).then_some(idx)
-    };
+    let probes = lookup_addresses(profile);
+    let modules = ModuleRanges::new(profile);
     let perf_map_path =
         options.perf_map.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/perf-{}.map", profile.meta.pid)));
     let mut perf_map: Option<PerfMap> = None;
@@ -129,8 +142,8 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
             frame_line.push(0);
             continue;
         }
-        let probe = if caller[i] { addr.saturating_sub(1) } else { addr };
-        let module = module_of(probe);
+        let probe = probes[i];
+        let module = modules.find(probe);
         if let Some(mi) = module {
             let m = &profile.modules[mi];
             let table = tables.entry(mi).or_insert_with(|| module_symbols(&m.path, &m.build_id));

@@ -172,10 +172,25 @@ impl Learner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use std::sync::{Mutex, MutexGuard};
 
-    /// The learned layout is process-wide: tests that set it take turns.
+    /// The learned layout is process-wide: tests that set it take turns,
+    /// each starting and ending with nothing learned.
     static LEARNED_LOCK: Mutex<()> = Mutex::new(());
+
+    struct Turn(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+    fn turn() -> Turn {
+        let guard = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        forget();
+        Turn(guard)
+    }
+
+    impl Drop for Turn {
+        fn drop(&mut self) {
+            forget();
+        }
+    }
 
     #[test]
     fn bytecode_follows_v8s_rule() {
@@ -210,8 +225,7 @@ mod tests {
 
     #[test]
     fn a_frame_v8_left_out_is_neither_a_match_nor_a_miss() {
-        let _turn = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        forget();
+        let _turn = turn();
         let mut l = Learner::new();
         let array = 0x3000_0001u64;
         let mut got = None;
@@ -221,13 +235,11 @@ mod tests {
             got = l.observe(&frames, &[array + i], &|b| b >= array && b < array + 0x200);
         }
         assert_eq!(got, Some(Layout { array: 1, offset: 2, smi_shift: 32 }));
-        forget();
     }
 
     #[test]
     fn learner_does_not_trust_a_layout_that_misses_often() {
-        let _turn = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        forget();
+        let _turn = turn();
         let mut l = Learner::new();
         let array = 0x2000_0001u64;
         for i in 0..200u64 {
@@ -236,13 +248,11 @@ mod tests {
             let reported = if i % 4 == 0 { [array + 9999] } else { [array + i] };
             assert_eq!(l.observe(&[words], &reported, &|_| false), None);
         }
-        forget();
     }
 
     #[test]
     fn learner_confirms_the_consistent_layout_only() {
-        let _turn = LEARNED_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        forget();
+        let _turn = turn();
         let mut l = Learner::new();
         let array = 0x2000_0001u64;
         let never = |_: u64| false;

@@ -11,6 +11,19 @@ const addonPath = path.join(__dirname, '..', '..')
 // runs in workers as well).
 const loaded = process.env.BENCH_SAMPLER_INTERVAL ? require(addonPath) : null
 
+// The CPU-bound kernel of cpu.js and toggle.js: numeric work, allocation
+// and string building, so the stacks cover JIT code, the GC and runtime
+// builtins.
+function kernel() {
+  let acc = 0
+  const arr = []
+  for (let i = 0; i < 2000; i++) {
+    acc += Math.sqrt(i * 1.5) * Math.sin(i)
+    if (i % 50 === 0) arr.push({ i, s: 'v' + i })
+  }
+  return acc + JSON.stringify(arr).length
+}
+
 // CPU time of the whole process (every thread: workers, the pool, the
 // sampler thread, V8's profiler thread) from the start of the measured
 // window; less sensitive than throughput to other tenants of the machine.
@@ -46,4 +59,4 @@ function finish(ms, result) {
   process.stdout.write(JSON.stringify(result) + '\n')
 }
 
-module.exports = { maybeStartSampler, finish, addonPath }
+module.exports = { maybeStartSampler, finish, addonPath, kernel }

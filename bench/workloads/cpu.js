@@ -2,18 +2,8 @@
 // CPU-bound: the main thread plus 3 worker_threads each run a JS kernel for
 // BENCH_SECONDS (after a warm-up) and count operations.
 const { Worker, isMainThread, parentPort, workerData } = require('worker_threads')
-
-function kernel() {
-  // A mix of numeric work, allocation and string building, so the stacks
-  // cover JIT code, the GC and runtime builtins.
-  let acc = 0
-  const arr = []
-  for (let i = 0; i < 2000; i++) {
-    acc += Math.sqrt(i * 1.5) * Math.sin(i)
-    if (i % 50 === 0) arr.push({ i, s: 'v' + i })
-  }
-  return acc + JSON.stringify(arr).length
-}
+// Loads the addon (when sampling) on every thread, as a preload would.
+const { kernel, maybeStartSampler, finish } = require('./common')
 
 function run(seconds) {
   let ops = 0
@@ -26,7 +16,6 @@ function run(seconds) {
 }
 
 if (isMainThread) {
-  const { maybeStartSampler, finish } = require('./common')
   const seconds = Number(process.env.BENCH_SECONDS || 3)
   const workers = Number(process.env.BENCH_WORKERS ?? 3)
   const ws = Array.from({ length: workers }, () => new Worker(__filename, { workerData: { seconds } }))
@@ -40,7 +29,6 @@ if (isMainThread) {
     finish(ms, { workload: 'cpu', ops, seconds: (Date.now() - t0) / 1000, opsPerSec: ops / seconds })
   })
 } else {
-  require('./common') // loads the addon here too, as a preload would
   run(0.5)
   parentPort.postMessage(run(workerData.seconds))
 }

@@ -8,7 +8,7 @@
 // configuration runs on the same JIT code and is compared with the
 // "off" phases around it.
 //
-// BENCH_WORKLOAD=cpu: the main thread and 3 workers run the cpu.js kernel.
+// BENCH_WORKLOAD=cpu: the main thread and 3 workers run the kernel of cpu.js.
 // BENCH_WORKLOAD=pool: the main thread keeps 8 crypto.pbkdf2 in flight on
 // the libuv pool.
 // BENCH_PHASES: comma-separated configurations, in the order of one cycle
@@ -18,17 +18,7 @@
 // Prints one JSON line: per phase, ops/s.
 const { Worker, isMainThread, parentPort, workerData } = require('worker_threads')
 const crypto = require('crypto')
-const path = require('path')
-
-function kernel() {
-  let acc = 0
-  const arr = []
-  for (let i = 0; i < 2000; i++) {
-    acc += Math.sqrt(i * 1.5) * Math.sin(i)
-    if (i % 50 === 0) arr.push({ i, s: 'v' + i })
-  }
-  return acc + JSON.stringify(arr).length
-}
+const { kernel, addonPath } = require('./common')
 
 // Shared: [0] stop flag, [1] V8-profiler wanted (0/1), [2 + t] ops of thread t.
 const WORDS = 16
@@ -49,7 +39,7 @@ function inspectorProfiler() {
 }
 
 if (!isMainThread) {
-  require('./common') // loads the addon, as a preload would
+  require(addonPath) // as a preload would: this isolate's JS frames get names
   const shared = new Int32Array(workerData.sab)
   const slot = 2 + workerData.index
   const v8prof = inspectorProfiler()
@@ -61,9 +51,7 @@ if (!isMainThread) {
   v8prof(false)
   parentPort.postMessage('done')
 } else {
-  process.env.BENCH_SAMPLER_INTERVAL = process.env.BENCH_SAMPLER_INTERVAL || '1' // so common.js loads the addon
-  require('./common')
-  const ms = require(path.join(__dirname, '..', '..'))
+  const ms = require(addonPath)
   const { spawn } = require('child_process')
   const workload = process.env.BENCH_WORKLOAD || 'cpu'
   const phases = (process.env.BENCH_PHASES || 'off,ms100,ms1k,v8prof1k').split(',')
@@ -110,7 +98,7 @@ if (!isMainThread) {
     }
   }
   let perf = null
-  async function enter(p) {
+  function enter(p) {
     const jsNames = process.env.BENCH_JS_NAMES !== '0'
     if (p === 'ms100') ms.start({ intervalMs: 10, jsNames })
     else if (p === 'ms1k') ms.start({ intervalMs: 1, jsNames })
@@ -140,7 +128,7 @@ if (!isMainThread) {
       // Rotate, so no configuration always follows the same one.
       const order = phases.map((_, i) => phases[(i + c) % phases.length])
       for (const p of order) {
-        await enter(p)
+        enter(p)
         await work(settleMs)
         const [ops0, t0] = [total(), process.hrtime.bigint()]
         await work(phaseMs - settleMs)

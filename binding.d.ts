@@ -9,84 +9,6 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
-export declare function __v8DisableCodeEvents(): void
-
-export declare function __v8EnableCodeEvents(): boolean
-
-/**
- * Starts the test sampler: every `interval_us`, a signal to each
- * registered JS thread.
- */
-export declare function __v8ProfileStart(intervalUs: number): boolean
-
-/** Stops the test sampler and returns its records, named, as JSON. */
-export declare function __v8ProfileStop(): string
-
-/** Registers the calling JS thread; returns JSON `{ok, ...}`. */
-export declare function __v8Register(): string
-
-/** How many JS threads are registered now. */
-export declare function __v8RegisteredCount(): number
-
-/**
- * Registers the calling JS thread and unregisters it from an environment
- * cleanup hook, as the addon's module init is meant to (the hook runs on
- * the thread, before Node disposes of the isolate, also for a worker that
- * is terminated).
- */
-export declare function __v8RegisterWithCleanupHook(): string
-
-/**
- * Samples a fresh native thread (no isolate) with the test signal and
- * returns its status.
- */
-export declare function __v8SampleForeignThread(): string
-
-/**
- * Samples the calling thread from inside this native call, as Node's
- * diagnostic report does (`pc` null, `sp`/`fp` at a local): V8 starts from
- * the API callback's exit frame. Returns JSON `{status, vmState, frames}`.
- */
-export declare function __v8SelfSample(): string
-
-/**
- * `"load"` installs the handler from registration on, anything else only
- * while sampling.
- */
-export declare function __v8SetCodeEventPolicy(policy: string): void
-
-/** Event and map counters, as JSON. */
-export declare function __v8Stats(): string
-
-export declare function __v8Unregister(): void
-
-/**
- * @internal For `npm run bench`: the kernel's share of a sample, the time
- * of an empty round trip of the sampling signal to the calling thread, in
- * nanoseconds, one entry per iteration. Empty where the backend does not
- * use signals (macOS).
- */
-export declare function _benchSignalRoundTrip(iterations: number): Array<number>
-
-/**
- * @internal How interpreted frames are found: "learned" once the frame
- * layout has been learned from V8 (then the handler reads it from the
- * frames), "learning" before (V8's GetStackSample in the handler).
- */
-export declare function _jsFramesMode(): string
-
-/**
- * @internal Why JavaScript frames cannot be named from V8 in this thread's
- * environment (null if they can); `index.js` turns this into one warning.
- */
-export declare function _jsNamesUnavailable(): string | null
-
-/**
- * @internal Stops V8's code events if no session runs (see
- * `control::release_js_names_if_idle`); index.js calls it after stop().
- */
-export declare function _releaseJsNames(): void
-
 /**
  * Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
  * without starting: the CLI validates `--interval` and `--depth` before it
@@ -140,6 +62,21 @@ export declare function exportProfile(profile: Profile, format: string, options?
  * @throws `EINVAL` if the extension is none of those.
  */
 export declare function formatFromPath(path: string): string
+
+/** One output format, as {@link formats} lists it. */
+export interface FormatInfo {
+  /** The name `--format` and the `format` options take. */
+  name: string
+  /** File-name endings that imply it, the usual one first. */
+  extensions: Array<string>
+  /** Other accepted names. */
+  aliases: Array<string>
+  /** What it is and what opens it. */
+  description: string
+}
+
+/** Every output format, in the order help texts list them. */
+export declare function formats(): Array<FormatInfo>
 
 /** Distinct frames. */
 export interface FrameTable {
@@ -205,6 +142,31 @@ export interface ModuleInfo {
  */
 export declare function parseFormatName(name: string): string
 
+/** What {@link processProfileFile} did. */
+export interface ProcessedProfile {
+  summary: ProfileSummary
+  /** The format written to `job.output`, if any. */
+  format?: string
+  /** One report per entry of `job.reports`. */
+  reports: Array<ProfileReport>
+}
+
+/**
+ * Reads a `.machprof` file and, in one call, names its frames, writes it
+ * in another format and computes reports: what `machsampler record`,
+ * `report` and `convert` do with a profile, without moving it through
+ * JavaScript. `job.symbolicate` names the frames when the profile has no
+ * names yet and was recorded on this platform (the module files may still
+ * be there; names that cannot be found stay addresses). `job.output` is
+ * the file to write, `job.save` its export options (`format` included);
+ * `job.reports` a list of report options.
+ *
+ * @throws as {@link loadProfile}, {@link saveProfile} and
+ *   {@link profileReport} do; nothing is written unless every option is
+ *   valid.
+ */
+export declare function processProfileFile(input: string, job?: ProfileJob): ProcessedProfile
+
 /** A recorded profile, as columnar typed arrays. */
 export interface Profile {
   /** Layout version of this object (currently 1). */
@@ -234,6 +196,18 @@ export interface Profile {
    * this list. Names read `functionName (url:line:column)`.
    */
   jsNames: Array<string>
+}
+
+/** Options for {@link processProfileFile}. Every field is optional. */
+export interface ProfileJob {
+  /** Name the frames if the profile has no names yet. */
+  symbolicate?: boolean
+  /** Also write the profile here (format by extension, or `save.format`). */
+  output?: string
+  /** Export options for `output`. */
+  save?: ExportOptions
+  /** Reports to compute. */
+  reports?: Array<ReportOptions>
 }
 
 /** Where a profile was recorded. */
@@ -273,6 +247,31 @@ export interface ProfileReport {
   functions: Array<ReportFunction>
   /** The top call paths (function-level stacks), by samples. */
   paths: Array<ReportPath>
+}
+
+/**
+ * A profile file at a glance: what `machsampler report` and `record`
+ * print above their tables.
+ */
+export interface ProfileSummary {
+  platform: string
+  arch: string
+  pid: number
+  /** Length of the session, nanoseconds. */
+  durationNs: number
+  /** Sampling interval, nanoseconds. */
+  intervalNs: number
+  /** Samples stored, idle ones included. */
+  samples: number
+  /** Of those, samples of idle threads. */
+  idleSamples: number
+  /** Threads with at least one sample. */
+  threadsSampled: number
+  /** Threads the sampler saw. */
+  threadsSeen: number
+  /** Whether the profile carries function names. */
+  symbolicated: boolean
+  stats: Stats
 }
 
 /** A function in a {@link ProfileReport}. */
@@ -419,48 +418,48 @@ export declare function stats(): Stats
 
 /** Sampler statistics. Counters cover the current (or last) session. */
 export interface Stats {
-  /** Samples stored in the profile. */
+  /** r" Samples stored in the profile. */
   samplesCaptured: number
-  /** Samples lost because the buffer or stack table was full. */
+  /** r" Samples lost because the buffer or stack table was full. */
   samplesDropped: number
-  /** Thread samples taken: always `samplesCaptured + samplesDropped`. */
+  /** r" Thread samples taken: always samples captured plus dropped. */
   threadsSampled: number
   /**
-   * Thread samples not taken: the thread exited, had not yet been
-   * reached, or blocks the sampling signal. Normal, not an error.
+   * r" Thread samples not taken: the thread exited, had not yet been
+   * r" reached, or blocks the sampling signal. Normal, not an error.
    */
   threadsSkipped: number
-  /** Total time sampled threads spent stopped, in nanoseconds. */
+  /** r" Total time sampled threads spent stopped, in nanoseconds. */
   totalSuspendNs: number
-  /** Longest single stop, in nanoseconds. */
+  /** r" Longest single stop, in nanoseconds. */
   maxSuspendNs: number
-  /** Median stop, in nanoseconds (from a histogram; within 12.5 %). */
-  suspendP50Ns: number
-  /** 99th-percentile stop, in nanoseconds. */
-  suspendP99Ns: number
-  /** Linux: median time from sending the signal to the handler running. */
-  deliveryP50Ns: number
-  /** Linux: 99th percentile of the delivery time. */
-  deliveryP99Ns: number
-  /** Linux: longest delivery time seen. */
-  deliveryMaxNs: number
-  /** Samples whose registers or stack bounds could not be read. */
+  /** r" Samples whose registers or stack bounds could not be read. */
   walkErrors: number
-  /** Samples of idle threads, recorded without stopping them. */
+  /** r" Samples of idle threads, recorded without stopping them. */
   idleSamples: number
-  /** Stacks cut at `maxStackDepth`. */
+  /** r" Stacks cut at the maximum stack depth. */
   truncatedStacks: number
-  /** Stacks whose frame chain ended cleanly at the thread's root. */
-  stacksReachingRoot: number
-  /** Samples with JavaScript frames from V8 merged in. */
-  jsSamples: number
-  /** Sampler ticks run. */
+  /** r" Sampler ticks run. */
   ticks: number
-  /** Ticks skipped because the sampler fell behind. */
+  /** r" Ticks skipped because the sampler fell behind. */
   ticksMissed: number
-  /** CPU time used by the sampler thread, in nanoseconds. */
+  /** r" CPU time used by the sampler thread, in nanoseconds. */
   samplerCpuNs: number
-  /** Threads currently known to the sampler. */
+  /** r" Stacks whose frame chain ended cleanly at the thread's root. */
+  stacksReachingRoot: number
+  /** r" Samples whose runtime (JavaScript) frames were merged in. */
+  jsSamples: number
+  /** r" Median stop, in nanoseconds (from a histogram; within 12.5 %). */
+  suspendP50Ns: number
+  /** r" 99th-percentile stop, in nanoseconds. */
+  suspendP99Ns: number
+  /** r" Linux: median time from sending the signal to the handler running. */
+  deliveryP50Ns: number
+  /** r" Linux: 99th percentile of the delivery time. */
+  deliveryP99Ns: number
+  /** r" Linux: longest delivery time seen. */
+  deliveryMaxNs: number
+  /** r" Threads known to the sampler. */
   threadCount: number
 }
 
@@ -468,9 +467,34 @@ export interface Stats {
  * Stops sampling and returns the profile. Every thread the sampler stopped
  * has been resumed when this returns.
  *
- * @throws `ESRCH` if the sampler is not running.
+ * `options.symbolicate` names the frames before returning (as
+ * {@link symbolicate}, into `profile.symbols`); `options.output` also
+ * saves the profile there, atomically (as {@link saveProfile}, which the
+ * other options are for). Everything happens in this one call, without
+ * reading the profile back from JavaScript. Options are checked before the
+ * sampler stops; if the file cannot be written after that, the error
+ * carries the profile as `error.profile`.
+ *
+ * @throws `ESRCH` if the sampler is not running; `EINVAL` for a bad
+ *   option; `ENOENT`, `EACCES`, … if the file cannot be written.
  */
-export declare function stop(): Profile
+export declare function stop(options?: StopOptions): Profile
+
+/** Options for {@link stop}. Every field is optional. */
+export interface StopOptions {
+  /** Name the frames before returning (into `profile.symbols`). */
+  symbolicate?: boolean
+  /** Also save the profile to this file (format by extension). */
+  output?: string
+  /** The format for `output`, whatever its extension. */
+  format?: string
+  /** As in {@link ExportOptions}. */
+  includeIdle?: boolean
+  /** As in {@link ExportOptions}. */
+  threadPrefix?: boolean
+  /** As in {@link ExportOptions}. */
+  compress?: boolean
+}
 
 /**
  * Resolves every frame of a profile to a function: its name (demangled),

@@ -16,6 +16,18 @@ function npm(args, cwd) {
   return execFileSync('npm', args, { cwd, encoding: 'utf8', env: { ...process.env, npm_config_update_notifier: 'false' } })
 }
 
+/**
+ * The release addon (no test entry points): the copy `npm test` keeps in
+ * target/release-addon, or a release build made here.
+ */
+function releaseAddon() {
+  const kept = path.join(ROOT, 'target', 'release-addon', 'machsampler.linux-x64-gnu.node')
+  if (fs.existsSync(kept)) return kept
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-release-'))
+  execFileSync('npx', ['napi', 'build', '--platform', '--release', '--no-js', '--output-dir', out], { cwd: ROOT, stdio: 'inherit' })
+  return path.join(out, 'machsampler.linux-x64-gnu.node')
+}
+
 function packJson(args, cwd) {
   const out = npm(['pack', '--json', '--ignore-scripts', ...args], cwd)
   return JSON.parse(out.slice(out.indexOf('[')))[0]
@@ -33,7 +45,7 @@ describeInstall('installed from npm pack tarballs into a fresh project', () => {
     const platformDir = path.join(tmp, 'platform')
     fs.mkdirSync(platformDir)
     fs.copyFileSync(path.join(ROOT, 'npm', 'linux-x64-gnu', 'package.json'), path.join(platformDir, 'package.json'))
-    fs.copyFileSync(path.join(ROOT, 'machsampler.linux-x64-gnu.node'), path.join(platformDir, 'machsampler.linux-x64-gnu.node'))
+    fs.copyFileSync(releaseAddon(), path.join(platformDir, 'machsampler.linux-x64-gnu.node'))
     const platformPack = packJson(['--pack-destination', tmp], platformDir)
     app = path.join(tmp, 'app')
     fs.mkdirSync(app)
@@ -70,6 +82,17 @@ console.log(JSON.stringify({ samples: p.samples.thread.length, mapped }))`,
     const out = JSON.parse(execFileSync(process.execPath, ['cjs.js'], { cwd: app, encoding: 'utf8' }))
     expect(out.samples).toBeGreaterThan(50)
     expect(out.mapped).toContain(path.join('node_modules', 'machsampler-linux-x64-gnu', 'machsampler.linux-x64-gnu.node'))
+  })
+
+  test('the installed addon exports only the public API', () => {
+    const out = execFileSync(
+      process.execPath,
+      ['-e', `console.log(JSON.stringify(Object.keys(require(require.resolve('machsampler-linux-x64-gnu/machsampler.linux-x64-gnu.node')))))`],
+      { cwd: app, encoding: 'utf8' },
+    )
+    const names = JSON.parse(out)
+    expect(names).toContain('start')
+    expect(names.filter((n) => n.startsWith('_'))).toEqual([])
   })
 
   test('import { start, stop } from an .mjs file', () => {

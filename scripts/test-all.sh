@@ -60,8 +60,21 @@ log "Linux arm64 type check"
 RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/cross \
   cargo check -Zbuild-std=std,panic_abort --target aarch64-unknown-linux-gnu --all-targets
 
-log "napi build"
+log "napi build: release"
 npm run build
+# The generated loader and types are committed: they must be what the
+# release build makes (only the public API; no test entry points).
+if ! git diff --quiet -- binding.js binding.d.ts; then
+  git --no-pager diff --stat -- binding.js binding.d.ts
+  echo "binding.js / binding.d.ts differ from the release build's: commit the regenerated files" >&2
+  exit 1
+fi
+# The package test packs this one; the jest suites run the testing build.
+mkdir -p target/release-addon
+cp machsampler.*.node target/release-addon/
+
+log "napi build: testing (test entry points and fault injection)"
+npm run build:testing
 
 log "jest"
 npx jest --runInBand "$@"

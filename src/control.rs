@@ -8,16 +8,36 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
-use crate::core::backend::Backend;
-use crate::core::error::{ErrorCode, SamplerError};
-use crate::core::options::SamplerOptions;
-use crate::core::sampler::{Recording, RunningSampler, Shared};
-use crate::core::stats::StatsSnapshot;
 use crate::platform;
 use crate::profile::ProfileData;
+use crate::sampler::backend::Backend;
+use crate::sampler::error::{ErrorCode, SamplerError};
+use crate::sampler::options::SamplerOptions;
+use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
+use crate::sampler::stats::StatsSnapshot;
+use crate::symbols::perf_map_watch::{PerfMapTimeline, PerfMapWatch};
+use crate::v8::frames::{SessionNames, V8JsFrames};
 
-static RUNNING: Mutex<Option<RunningSampler>> = Mutex::new(None);
+/// A running session: the sampler thread, and what its hooks collect.
+struct Running {
+    sampler: RunningSampler,
+    /// Filled with the JavaScript names when the session ends.
+    js_names: SessionNames,
+    perf_map: Arc<Mutex<PerfMapWatch>>,
+}
+
+/// What one session recorded, with what its hooks collected.
+pub struct Session {
+    pub recording: Recording,
+    /// Names of the tagged (JavaScript) frames, by index.
+    pub js_names: Vec<String>,
+    /// The growth of V8's perf map during the session, if it has one.
+    pub perf_map: PerfMapTimeline,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
 
 fn shared() -> &'static Arc<Shared> {
@@ -28,7 +48,7 @@ fn shared() -> &'static Arc<Shared> {
     })
 }
 
-fn running() -> MutexGuard<'static, Option<RunningSampler>> {
+fn running() -> MutexGuard<'static, Option<Running>> {
     RUNNING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -37,32 +57,40 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     if slot.is_some() {
         return Err(SamplerError::new(ErrorCode::Again, "the sampler is already running; call stop() first"));
     }
-    crate::core::critical::enable_from_env();
+    crate::sampler::stopped_window::enable_from_env();
     let mut backend = platform::new_backend()?;
     // So that threadCount() is right as soon as start() returns.
     backend.refresh_threads(&shared().registry, false);
-    let js = js_frames(&options);
-    let sampler = RunningSampler::spawn(backend, options, shared().clone(), js);
+    let js_names = SessionNames::default();
+    let rewrite = js_frames(&options, &js_names);
+    let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
+    let watch = perf_map.clone();
+    let on_tick = Box::new(move |now_ns| watch.lock().unwrap_or_else(PoisonError::into_inner).observe(now_ns));
+    let hooks = Hooks { rewrite, on_tick: Some(on_tick) };
+    let sampler = RunningSampler::spawn(backend, options, shared().clone(), hooks);
     if sampler.is_err() {
         stop_js_frames();
     }
-    *slot = Some(sampler?);
+    *slot = Some(Running { sampler: sampler?, js_names, perf_map });
     Ok(())
 }
 
-pub fn stop() -> Result<Recording, SamplerError> {
+pub fn stop() -> Result<Session, SamplerError> {
     // The lock is held until the sampler thread has finished: a start()
     // from another JS thread meanwhile would otherwise begin a session that
     // resets the statistics and reclaims the slots this one is still
     // harvesting (stress/repro/concurrent-start-stop.js).
     let mut slot = running();
-    let sampler = slot
+    let running = slot
         .take()
         .ok_or_else(|| SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"))?;
-    let rec = sampler.stop();
+    let recording = running.sampler.stop();
     platform::set_js_frames(false);
     drop(slot);
-    Ok(rec)
+    release_js_names_later();
+    let js_names = std::mem::take(&mut *running.js_names.lock().unwrap_or_else(PoisonError::into_inner));
+    let perf_map = running.perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
+    Ok(Session { recording, js_names, perf_map })
 }
 
 /// Stops the sampler and builds the profile: the recording, the modules
@@ -70,19 +98,61 @@ pub fn stop() -> Result<Recording, SamplerError> {
 /// (see `symbols::jit_history`; that needs this process's perf map, so it
 /// happens here rather than at symbolization).
 pub fn stop_profile() -> Result<ProfileData, SamplerError> {
-    let mut rec = stop()?;
-    let perf_map = std::mem::take(&mut rec.perf_map);
-    let mut data = ProfileData::from_recording(rec, platform::loaded_modules());
-    crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &perf_map);
+    let session = stop()?;
+    let mut data = ProfileData::from_recording(session.recording, session.js_names, platform::loaded_modules());
+    crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &session.perf_map);
     Ok(data)
 }
 
-/// Stops V8's code events if no session is running. Installing them costs
-/// a walk over all existing code on every isolate (tens of ms), so `stop()`
-/// leaves them on and the JS side calls this a little later: a quick
-/// stop/start pair keeps them, and an app that stops profiling for good
-/// does not pay for them for the rest of its life.
-pub fn release_js_names_if_idle() {
+/// How long V8's code events stay on after `stop()`.
+const RELEASE_JS_NAMES_AFTER: Duration = Duration::from_secs(2);
+
+/// When V8's code events are due to be released, while a releaser thread
+/// waits for it.
+static RELEASE_AT: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Stops V8's code events a little after `stop()` if no session is running
+/// by then. Installing them costs a walk over all existing code on every
+/// isolate (tens of ms), so a quick stop/start pair keeps them, and an app
+/// that stops profiling for good does not pay for them for the rest of its
+/// life. One releaser thread at most: a later `stop()` only moves the
+/// deadline.
+fn release_js_names_later() {
+    if !js_frames_available() {
+        return;
+    }
+    let mut at = RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
+    let waiting = at.is_some();
+    *at = Some(Instant::now() + RELEASE_JS_NAMES_AFTER);
+    if waiting {
+        return;
+    }
+    // Every signal blocked, like the sampler thread.
+    let spawned = crate::sampler::session::with_signals_blocked(|| {
+        std::thread::Builder::new().name("machsampler-release".into()).spawn(|| loop {
+            let due = *RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(due) = due else { return };
+            let now = Instant::now();
+            if now < due {
+                std::thread::sleep(due - now);
+                continue;
+            }
+            let mut at = RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
+            if at.is_some_and(|d| d <= Instant::now()) {
+                *at = None;
+                drop(at);
+                release_js_names_if_idle();
+                return;
+            }
+        })
+    });
+    if spawned.is_err() {
+        *at = None;
+    }
+}
+
+/// Stops V8's code events if no session is running.
+fn release_js_names_if_idle() {
     let slot = running();
     if slot.is_none() && js_frames_available() {
         crate::v8::disable_code_events();
@@ -96,13 +166,13 @@ pub fn js_frames_available() -> bool {
 }
 
 /// Starts V8 code events and JS frame capture, if V8 is usable here.
-fn js_frames(options: &SamplerOptions) -> Option<Box<dyn crate::core::backend::JsFrames>> {
+fn js_frames(options: &SamplerOptions, names: &SessionNames) -> Option<Box<dyn crate::sampler::backend::StackRewrite>> {
     if !options.js_names || !options.native_unwinding || !js_frames_available() {
         return None;
     }
     crate::v8::enable_code_events();
     platform::set_js_frames(true);
-    Some(Box::new(crate::v8::frames::V8JsFrames::new()))
+    Some(Box::new(V8JsFrames::new(names.clone())))
 }
 
 fn stop_js_frames() {
@@ -124,7 +194,7 @@ pub fn is_running() -> bool {
 
 /// The options of the running session.
 pub fn current_options() -> Option<SamplerOptions> {
-    running().as_ref().map(|r| r.options)
+    running().as_ref().map(|r| r.sampler.options)
 }
 
 pub fn stats() -> StatsSnapshot {

@@ -31,7 +31,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use machsampler::core::walker::{
+use machsampler::sampler::walker::{
     strip_pointer_tag, validate_frame_pointer, walk_stack, walk_stack_visit, Registers, StackBounds, Walk, WalkEnd,
     ADDRESS_MASK,
 };

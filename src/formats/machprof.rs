@@ -38,9 +38,9 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use serde::{Deserialize, Serialize};
 
-use crate::core::sampler::ThreadRecord;
-use crate::core::stats::StatsSnapshot;
-use crate::profile::{Function, FunctionKind, Meta, Module, ProfileData, Symbols};
+use crate::profile::StatsSnapshot;
+use crate::profile::ThreadRecord;
+use crate::profile::{stat_key, Function, FunctionKind, Meta, Module, ProfileData, Symbols};
 
 pub const MAGIC: &[u8; 8] = b"MACHPROF";
 pub const VERSION: u32 = 1;
@@ -172,7 +172,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
         symbols.map_or(0, |s| s.frame_line.len()),
     ];
     let ncols = if symbols.is_some() { 10 } else { 8 };
-    let mut stats = profile.stats.clone();
+    let stats = profile.stats.clone();
     let header = Header {
         meta: MetaJson {
             platform: profile.meta.platform.clone(),
@@ -199,7 +199,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
         end_ns: profile.end_ns,
         interval_ns: profile.interval_ns,
         start_wall_ms: profile.start_wall_ms.is_finite().then_some(profile.start_wall_ms),
-        stats: stats.fields_mut().into_iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        stats: stats.fields().into_iter().map(|(k, v)| (stat_key(k), v)).collect(),
         functions: symbols.map(|s| {
             s.functions
                 .iter()
@@ -381,7 +381,7 @@ fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
     };
     let mut stats = StatsSnapshot::default();
     for (k, v) in stats.fields_mut() {
-        *v = h.stats.get(k).copied().unwrap_or(0);
+        *v = h.stats.get(&stat_key(k)).copied().unwrap_or(0);
     }
     let profile = ProfileData {
         meta: Meta { platform: h.meta.platform, arch: h.meta.arch, pid: h.meta.pid },
@@ -429,11 +429,11 @@ mod tests {
         p.stats.samples_captured = 4;
         p.stats.delivery_max_ns = u64::MAX;
         // The largest address, and a JavaScript frame named by V8.
-        p.frame_address[0] = crate::core::backend::JS_FRAME_TAG - 1;
-        p.frame_address[1] = crate::core::backend::JS_FRAME_TAG;
+        p.frame_address[0] = crate::profile::JS_FRAME_TAG - 1;
+        p.frame_address[1] = crate::profile::JS_FRAME_TAG;
         p.js_names = vec!["JS:*fib /app/fib.js:3:13".into()];
         // A tagged address without a name is kept as it is.
-        p.frame_address[2] = crate::core::backend::JS_FRAME_TAG | 7;
+        p.frame_address[2] = crate::profile::JS_FRAME_TAG | 7;
         p.modules[0].end = u64::MAX;
         for symbols in [true, false] {
             if !symbols {

@@ -100,6 +100,33 @@ impl Format {
         }
     }
 
+    /// Every file-name ending that implies this format, the usual one first.
+    pub fn extensions_of(self) -> Vec<&'static str> {
+        EXTENSIONS.iter().filter(|(_, f)| *f == self).map(|(e, _)| *e).collect()
+    }
+
+    /// Other names `parse` accepts for this format.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Format::FlamegraphHtml => &["flamegraph"],
+            _ => &[],
+        }
+    }
+
+    /// What the format is, and what opens it.
+    pub fn description(self) -> &'static str {
+        match self {
+            Format::Machprof => "lossless; what 'report' and 'convert' read",
+            Format::Pprof => "go tool pprof, and profilers that read pprof",
+            Format::Speedscope => "speedscope (one profile per thread)",
+            Format::Firefox => "Firefox Profiler (profiler.firefox.com)",
+            Format::Cpuprofile => "Chrome DevTools / VS Code (main thread)",
+            Format::Collapsed => "folded stacks for flamegraph.pl / inferno",
+            Format::FlamegraphHtml => "flame graph page with search and zoom",
+            Format::FlamegraphSvg => "the same flame graph as an SVG",
+        }
+    }
+
     /// The usual file-name ending.
     pub fn extension(self) -> &'static str {
         EXTENSIONS.iter().find(|(_, f)| *f == self).map(|(e, _)| *e).unwrap_or("")
@@ -108,10 +135,7 @@ impl Format {
     /// Parses a format name; `flamegraph` is an alias of `html`.
     pub fn parse(name: &str) -> Option<Format> {
         let name = name.to_ascii_lowercase();
-        if name == "flamegraph" {
-            return Some(Format::FlamegraphHtml);
-        }
-        Format::ALL.into_iter().find(|f| f.name() == name)
+        Format::ALL.into_iter().find(|f| f.name() == name || f.aliases().contains(&name.as_str()))
     }
 
     /// The format a file name implies, by its ending (case-insensitive).

@@ -1,4 +1,4 @@
-//! The text report's numbers (seed 004's `ProfileReport`): hot functions
+//! The text report's numbers: hot functions
 //! by self and by total samples, and the hottest call paths, for all
 //! threads or those matching `--thread`.
 //!

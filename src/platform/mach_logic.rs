@@ -22,11 +22,11 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::core::backend::SkipReason;
-use crate::core::error::{ErrorCode, SamplerError};
-use crate::core::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-use crate::core::timebase::Timebase;
-use crate::core::walker::{strip_pointer_tag, Registers, StackBounds};
+use crate::sampler::backend::SkipReason;
+use crate::sampler::error::{ErrorCode, SamplerError};
+use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
+use crate::sampler::timebase::Timebase;
+use crate::sampler::walker::{strip_pointer_tag, Registers, StackBounds};
 
 // ---------------------------------------------------------------------------
 // kern_return_t classification.
@@ -445,7 +445,7 @@ pub fn sync_session(
 /// A thread name from a fixed C buffer (`pth_name` of
 /// `thread_extended_info`), as raw bytes.
 pub fn name_from_c(buf: &[std::ffi::c_char]) -> ThreadName {
-    let mut bytes = [0u8; crate::core::registry::THREAD_NAME_MAX];
+    let mut bytes = [0u8; crate::sampler::registry::THREAD_NAME_MAX];
     for (d, &s) in bytes.iter_mut().zip(buf) {
         *d = s as u8;
     }

@@ -1,4 +1,4 @@
-//! Platform backends. Each implements [`crate::core::backend::Backend`];
+//! Platform backends. Each implements [`crate::sampler::backend::Backend`];
 //! everything above that trait is shared.
 
 #[cfg(target_os = "linux")]
@@ -7,15 +7,30 @@ pub mod mach_logic;
 #[cfg(target_vendor = "apple")]
 pub mod macos;
 
-use crate::core::error::SamplerError;
+use crate::sampler::error::SamplerError;
 
 #[cfg(target_os = "linux")]
 pub type NativeBackend = linux::LinuxBackend;
 #[cfg(target_vendor = "apple")]
 pub type NativeBackend = macos::MachBackend;
 
+/// A loaded module (executable or shared library).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Module {
+    /// Path of the file it was loaded from.
+    pub path: String,
+    /// Address range of its mapped image in the process (code and data).
+    pub start: u64,
+    pub end: u64,
+    /// What to subtract from a process address to get the address the
+    /// file's symbol tables use (ELF load bias; Mach-O slide).
+    pub bias: u64,
+    /// GNU build id (Linux) or LC_UUID (macOS), lowercase hex; may be empty.
+    pub build_id: String,
+}
+
 /// The modules loaded in this process, for symbolization.
-pub fn loaded_modules() -> Vec<crate::profile::Module> {
+pub fn loaded_modules() -> Vec<Module> {
     #[cfg(target_os = "linux")]
     {
         linux::modules::loaded_modules()

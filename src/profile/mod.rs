@@ -4,23 +4,32 @@
 //! This is the one model that symbolization, the exporters and the file
 //! format share. The JS `Profile` object is the same data as typed arrays.
 
-use crate::core::backend::JS_FRAME_TAG;
-use crate::core::sampler::{Recording, ThreadRecord};
-use crate::core::stats::StatsSnapshot;
+use crate::sampler::session::Recording;
 
-/// A loaded module (executable or shared library) at the time of `stop()`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Module {
-    /// Path of the file it was loaded from.
-    pub path: String,
-    /// Address range of its mapped image in the process (code and data).
-    pub start: u64,
-    pub end: u64,
-    /// What to subtract from a process address to get the address the
-    /// file's symbol tables use (ELF load bias; Mach-O slide).
-    pub bias: u64,
-    /// GNU build id (Linux) or LC_UUID (macOS), lowercase hex; may be empty.
-    pub build_id: String,
+pub use crate::platform::Module;
+/// A frame that names a JavaScript function: the low 32 bits index
+/// [`ProfileData::js_names`].
+pub use crate::sampler::backend::TAGGED_FRAME as JS_FRAME_TAG;
+pub use crate::sampler::session::ThreadRecord;
+pub use crate::sampler::stats::StatsSnapshot;
+
+/// The name of a statistic in profiles, in files and in JavaScript: its
+/// field name in camelCase (`stacks_reaching_root` is `stacksReachingRoot`),
+/// the same rule napi applies to the `Stats` object.
+pub fn stat_key(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut upper = false;
+    for ch in field.chars() {
+        if ch == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(ch.to_uppercase());
+            upper = false;
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// What kind of code a function is.
@@ -126,7 +135,7 @@ pub struct ProfileData {
 }
 
 impl ProfileData {
-    pub fn from_recording(rec: Recording, modules: Vec<Module>) -> Self {
+    pub fn from_recording(rec: Recording, js_names: Vec<String>, modules: Vec<Module>) -> Self {
         let (frame_address, stack_frame, stack_parent) = rec.stacks.into_columns();
         let s = rec.samples;
         ProfileData {
@@ -147,7 +156,7 @@ impl ProfileData {
             start_wall_ms: rec.start_wall_ms,
             stats: rec.stats,
             symbols: None,
-            js_names: rec.js_names,
+            js_names,
         }
     }
 

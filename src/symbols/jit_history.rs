@@ -1,24 +1,11 @@
 //! JIT frames whose address V8 reused during the session, pinned to the
 //! name they had when each sample was taken.
 //!
-//! V8's perf map says which code object starts where, never when one died;
-//! when dead code's address is reused, two lines cover the same bytes and
-//! `PerfMap::find` can only take the newer one. For threads whose isolate
-//! did not load the addon, the perf map is the only source of JS names, and
-//! newest-wins once named 50 % of a worker's samples `flushSync` (compiled
-//! at exit, at the address of the `fib` it had run for 15 s).
-//!
-//! At `stop()`, in the recording process where the perf map is at hand,
-//! each sample whose stack holds such an ambiguous address gets the newest
-//! line that had been written by then: the sampler noted the file's size
-//! every tick (`crate::core::perf_map_watch`), and the line of the code
-//! that was running at a sample's time was written before it ran. The
-//! frame becomes an ordinary V8-named frame (tagged, its text in
-//! `js_names`), so a saved profile needs no timeline and later
-//! symbolization is unchanged. Samples are resolved at the first size
-//! observed after them (at most about one interval later), so an address
-//! freed and reused by other code within that interval could still be
-//! misnamed. Unambiguous addresses are left to symbolization as before.
+//! At `stop()`, each sample whose stack holds an address that more than one
+//! perf-map line covers gets the newest line written by the sample's time
+//! (from [`PerfMapTimeline`]), as a tagged JavaScript frame, so a saved
+//! profile needs no timeline. Unambiguous addresses are left to
+//! symbolization. Why: `docs/design/perf-map-timeline.md`.
 
 use std::path::Path;
 
@@ -26,9 +13,9 @@ use rustc_hash::FxHashMap;
 
 use super::perfmap::PerfMap;
 use super::{lookup_addresses, ModuleRanges};
-use crate::core::backend::JS_FRAME_TAG;
-use crate::core::perf_map_watch::PerfMapTimeline;
+use crate::profile::JS_FRAME_TAG;
 use crate::profile::{js_frame_index, ProfileData};
+use crate::symbols::perf_map_watch::PerfMapTimeline;
 
 /// Pins the ambiguous JIT frames of a profile just recorded by this
 /// process. Returns how many samples changed.
@@ -148,7 +135,7 @@ mod tests {
             sample_idle: vec![0; 3],
             sample_cpu_delta_ns: vec![0; 3],
             interval_ns: 1_000,
-            threads: vec![crate::core::sampler::ThreadRecord { tid: 1, name: "w".into(), is_main: false }],
+            threads: vec![crate::profile::ThreadRecord { tid: 1, name: "w".into(), is_main: false }],
             ..Default::default()
         };
         let timeline = PerfMapTimeline { points: vec![(0, first_end), (7_000, text.len() as u64)], complete: true };

@@ -28,6 +28,7 @@
 pub mod demangle;
 pub mod jit_history;
 pub mod module;
+pub mod perf_map_watch;
 pub mod perfmap;
 
 use std::collections::HashMap;
@@ -224,7 +225,7 @@ mod tests {
     fn v8_named_frames_use_their_names() {
         let mut p = sample_profile();
         p.js_names = vec!["JS:*fib /app/fib.js:3:13".into()];
-        p.frame_address[2] = crate::core::backend::JS_FRAME_TAG;
+        p.frame_address[2] = crate::profile::JS_FRAME_TAG;
         let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()) });
         let f = &s.functions[s.frame_function[2] as usize];
         assert_eq!(

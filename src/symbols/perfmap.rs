@@ -55,7 +55,7 @@ pub struct PerfMap {
     /// Sorted by start, each with the byte offset where its line ends: the
     /// file is append-only, so that offset orders the lines (later lines
     /// win) and says when each had been written (see
-    /// `crate::core::perf_map_watch`).
+    /// `crate::symbols::perf_map_watch`).
     entries: Vec<(JitEntry, u64)>,
     /// Longest entry, to bound the backward scan in `find`.
     max_len: u64,

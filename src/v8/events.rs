@@ -1,59 +1,13 @@
 //! V8's JIT code events feed the process-wide [`CodeMap`].
 //!
-//! # Which event API
-//!
-//! V8 offers two ways to hear about code creation and moves:
-//!
-//! - `Isolate::SetJitCodeEventHandler(options, fn)`: a plain C function
-//!   pointer receiving a POD `JitCodeEvent` whose layout is the same in V8
-//!   10.2 to 14.6 (see `abi.rs`). The name arrives preformatted
-//!   (`JS:*fib /app/fib.js:3:13`, the same text V8 writes to the perf map),
-//!   `code_type` says `BYTE_CODE` or `JIT_CODE`, and bytecode arrays get
-//!   `CODE_ADDED` and `CODE_MOVED` like machine code. With
-//!   `kJitCodeEventEnumExisting` V8 first reports all existing code. It is
-//!   one slot per isolate with no getter: installing replaces whatever
-//!   handler was there, and uninstalling clears it.
-//! - `v8::CodeEventHandler`: a C++ class with a vtable (`~CodeEventHandler`
-//!   D1/D0, then `Handle(CodeEvent*)`), any number per isolate. From Rust it
-//!   is feasible (the constructor, `Enable`, `Disable` and the destructor
-//!   are exported in all five versions, and a hand-built Itanium vtable
-//!   works for a class without bases), but each event carries the function
-//!   and script names as `Local<String>`, and turning those into bytes needs
-//!   more of the API whose exported form changes across the supported
-//!   versions: `String::Utf8Value`'s constructor gained a `WriteOptions`
-//!   parameter in 13.6 and lost it again in 14.6, `HandleScope`'s
-//!   constructor is no longer exported by 14.6 (it became inline), and
-//!   `String::WriteUtf8` is gone in 14.6 (`WriteUtf8V2` instead). That is
-//!   more per-version surface than the JIT handler, and bytecode and
-//!   machine code would have to be told apart by address range.
-//!
-//! So the layer uses the JIT handler, and handles the single slot this way:
-//! it is installed only while sampling (from `start()` to `stop()`), on each
-//! isolate's own thread (V8 requires it: enumerating existing code walks the
-//! heap), and cleared at `stop()` and when the isolate's environment is torn
-//! down. Another user of the same slot in the process (rare in Node: V8's
-//! own `--perf-basic-prof` and `--prof` use different listeners, and Node
-//! itself only uses it for ETW on Windows) would lose its events while we
-//! sample, or make us lose ours if it installs later: [`stats`] lets the
-//! caller see that no events arrive, and [`set_enabled_by_user`] turns the
-//! whole mechanism off.
-//!
-//! # Threads
-//!
-//! The handler runs on the isolate's thread (compilation), and on GC
-//! threads for moves (V8 serializes its calls with its logger mutex). It
-//! never waits for the map: if the map is locked (a symbolizer may hold it
-//! across calls into V8 that trigger a GC), the event is queued and applied
-//! by the next user of the map, in order.
-//!
-//! Installing for another thread's isolate uses `Isolate::RequestInterrupt`
-//! (exported, thread-safe): V8 runs the callback on that isolate's thread at
-//! its next interrupt check, i.e. as soon as it runs JS (a busy worker:
-//! within microseconds; an idle one: when it next wakes). The callback
-//! reconciles the isolate with the wanted state, so a late interrupt after
-//! `stop()` does nothing wrong. Calls to `RequestInterrupt` happen under
-//! `LIFECYCLE`, which the worker's unregistration also takes, so the target
-//! isolate cannot be disposed of during the call.
+//! The handler (`Isolate::SetJitCodeEventHandler`: one slot per isolate) is
+//! installed on each isolate's own thread, through
+//! `Isolate::RequestInterrupt` for isolates of other threads, and only
+//! while wanted; the interrupt reconciles the isolate with the wanted
+//! state, so a late one does nothing wrong. The handler runs on the
+//! isolate's thread and on GC threads; it never waits for the map: when the
+//! map is locked, events queue and the next user of the map applies them,
+//! in order. Why this API, and its limits: `docs/design/v8-code-events.md`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -252,7 +206,7 @@ extern "C" fn on_interrupt(isolate: *mut Isolate, data: *mut c_void) {
     let serial = data as usize as u32;
     let _guard = lock(&LIFECYCLE);
     // Only if that registration is still this thread's, and current.
-    let tid = crate::core::critical::current_thread_id();
+    let tid = crate::sampler::thread_id::current();
     let Some(reg) = registry::lookup_tid(tid) else { return };
     // SAFETY: TryGetCurrent reads a thread-local.
     let current = unsafe { (api.try_get_current)() };

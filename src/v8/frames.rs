@@ -7,13 +7,13 @@
 //! symbolized: V8 moves and frees code, and the map keeps only a bounded
 //! number of dead entries, so a late lookup could miss. Each distinct JS
 //! function (by displayed name, whatever its tier) becomes one tagged frame
-//! (`JS_FRAME_TAG | index` into [`V8JsFrames::names`], which keeps V8's
+//! (`TAGGED_FRAME | index` into the session's names, which keeps V8's
 //! text of the first code object seen, e.g. `JS:*fib /app/fib.js:3:13`); an
 //! address the map does not know stays a plain address, for the perf map or
 //! `0x…` later.
 
 use std::cell::RefCell;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -21,7 +21,7 @@ use super::codemap::parse_js_name;
 use super::events::{code_map, V8Ranges};
 use super::merge::{class_of, lookup_code, merge_stacks, AddrClass, Merged};
 use super::slots;
-use crate::core::backend::{CapturedStack, JsFrames, JS_FRAME_TAG};
+use crate::sampler::backend::{CapturedStack, StackRewrite, TAGGED_FRAME};
 
 /// Ranges recorded when each JS thread registered, by tid. Read at harvest
 /// time, when the thread's isolate may already be gone, so they are copied
@@ -49,10 +49,16 @@ fn ranges_of(tid: u64) -> V8Ranges {
         .unwrap_or_default()
 }
 
+/// The names of a session's tagged frames, by index: filled when the
+/// session ends.
+pub type SessionNames = Arc<Mutex<Vec<String>>>;
+
 /// Names collected over one session.
 #[derive(Default)]
 pub struct V8JsFrames {
     names: Vec<String>,
+    /// Where `names` go when the session ends.
+    out: SessionNames,
     /// By displayed name: one frame per function, whatever its tier.
     index: FxHashMap<String, u32>,
     /// By V8's raw text, so the common case (a code object seen before)
@@ -76,13 +82,20 @@ pub struct V8JsFrames {
 const MAX_UNCOVERED: usize = 1 << 16;
 
 impl V8JsFrames {
-    pub fn new() -> Self {
-        Self::default()
+    /// Merges JavaScript frames for a session; its names are moved to
+    /// `out` when the session ends.
+    pub fn new(out: SessionNames) -> Self {
+        V8JsFrames { out, ..Self::default() }
+    }
+
+    /// The names collected so far.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     fn intern(&mut self, raw: &str) -> u64 {
         if let Some(&i) = self.by_raw.get(raw) {
-            return JS_FRAME_TAG | i as u64;
+            return TAGGED_FRAME | i as u64;
         }
         let display = parse_js_name(raw).display;
         let next = self.names.len() as u32;
@@ -91,7 +104,7 @@ impl V8JsFrames {
             next
         });
         self.by_raw.insert(raw.to_string(), i);
-        JS_FRAME_TAG | i as u64
+        TAGGED_FRAME | i as u64
     }
 }
 
@@ -100,8 +113,8 @@ fn in_builtins(ranges: &V8Ranges, addr: u64) -> bool {
     ranges.embedded.contains(addr) || ranges.embedded_alias.contains(addr)
 }
 
-impl JsFrames for V8JsFrames {
-    fn merge(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
+impl StackRewrite for V8JsFrames {
+    fn rewrite(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
         let ranges = ranges_of(c.tid);
         let map = code_map();
         if self.uncovered_generation != map.generation() || self.uncovered.get_mut().len() >= MAX_UNCOVERED {
@@ -124,7 +137,7 @@ impl JsFrames for V8JsFrames {
 
         // Interpreted frames: the native frames in the interpreter, with
         // the bytecode position read from their frames (`slots`), once the
-        // layout is known; until then GetStackSample's answer (c.js), which
+        // layout is known; until then GetStackSample's answer (`runtime_frames`), which
         // also teaches the layout.
         self.interpreted.clear();
         for (i, &addr) in c.frames.iter().enumerate() {
@@ -135,9 +148,10 @@ impl JsFrames for V8JsFrames {
             }
         }
         self.js.clear();
-        if !c.js.is_empty() {
-            self.js.extend_from_slice(c.js);
-            let reported: Vec<u64> = c.js.iter().copied().filter(|&a| classify(a) == AddrClass::Bytecode).collect();
+        if !c.runtime_frames.is_empty() {
+            self.js.extend_from_slice(c.runtime_frames);
+            let reported: Vec<u64> =
+                c.runtime_frames.iter().copied().filter(|&a| classify(a) == AddrClass::Bytecode).collect();
             self.learner.observe(&self.interpreted, &reported, &|b| classify(b) == AddrClass::Bytecode);
         } else if let Some(layout) = slots::learned() {
             for w in &self.interpreted {
@@ -180,31 +194,31 @@ impl JsFrames for V8JsFrames {
         self.merged = merged;
     }
 
-    fn names(&self) -> &[String] {
-        &self.names
+    fn finish(&mut self) {
+        *self.out.lock().unwrap_or_else(PoisonError::into_inner) = std::mem::take(&mut self.names);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::walker::WalkEnd;
+    use crate::sampler::walker::WalkEnd;
 
     #[test]
     fn interning_tags_and_dedups() {
-        let mut f = V8JsFrames::new();
+        let mut f = V8JsFrames::new(SessionNames::default());
         let a = f.intern("JS:~fib /a.js:1:1");
         let b = f.intern("JS:*main /a.js:9:1");
         // The same function at another tier is the same frame.
         assert_eq!(f.intern("JS:*fib /a.js:1:1"), a);
-        assert_eq!(a, JS_FRAME_TAG);
-        assert_eq!(b, JS_FRAME_TAG | 1);
+        assert_eq!(a, TAGGED_FRAME);
+        assert_eq!(b, TAGGED_FRAME | 1);
         assert_eq!(f.names(), &["JS:~fib /a.js:1:1".to_string(), "JS:*main /a.js:9:1".to_string()]);
     }
 
     #[test]
     fn without_v8_frames_the_native_stack_passes_through() {
-        let mut f = V8JsFrames::new();
+        let mut f = V8JsFrames::new(SessionNames::default());
         let mut out = Vec::new();
         let c = CapturedStack {
             tid: 1,
@@ -214,11 +228,11 @@ mod tests {
             stopped_ns: 0,
             delivery_ns: None,
             walk_error: false,
-            js: &[],
+            runtime_frames: &[],
             tos: 0x1234,
             frame_words: &[],
         };
-        f.merge(&c, &mut out);
+        f.rewrite(&c, &mut out);
         assert_eq!(out, vec![0x1000, 0x2000]);
     }
 }

@@ -26,7 +26,7 @@
 //! frames beyond it are appended: V8 walks from its own exit frame, so JS
 //! callers are still known.
 
-use crate::core::walker::WalkEnd;
+use crate::sampler::walker::WalkEnd;
 
 use super::codemap::{is_js_name, CodeKind, CodeMap};
 use super::events::V8Ranges;

@@ -64,7 +64,7 @@ pub struct Registered {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RegisterError {
+pub enum SlotError {
     /// Every slot is taken.
     Full,
     /// A null isolate was given.
@@ -81,9 +81,9 @@ pub fn pthread_key() -> u64 {
 
 /// Records `isolate` for the calling thread. Registering the same thread
 /// again counts a reference (and updates the isolate).
-pub fn register(tid: u64, pthread: u64, isolate: *mut Isolate) -> Result<Registered, RegisterError> {
+pub fn register(tid: u64, pthread: u64, isolate: *mut Isolate) -> Result<Registered, SlotError> {
     if isolate.is_null() {
-        return Err(RegisterError::NoIsolate);
+        return Err(SlotError::NoIsolate);
     }
     let isolate = isolate as usize;
     let high = HIGH_WATER.load(Ordering::Acquire);
@@ -105,7 +105,7 @@ pub fn register(tid: u64, pthread: u64, isolate: *mut Isolate) -> Result<Registe
             return Ok(Registered { tid, isolate, serial });
         }
     }
-    Err(RegisterError::Full)
+    Err(SlotError::Full)
 }
 
 /// Drops one registration of thread `tid`; returns the entry when that was
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(isolate_for_pthread(pt), None);
         assert_eq!(unregister(tid), None);
         assert_eq!(isolate_for_tid(0), None);
-        assert_eq!(register(tid, pt, std::ptr::null_mut()), Err(RegisterError::NoIsolate));
+        assert_eq!(register(tid, pt, std::ptr::null_mut()), Err(SlotError::NoIsolate));
     }
 
     #[test]

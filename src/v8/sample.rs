@@ -1,50 +1,21 @@
-//! Taking a thread's JS frames with `v8::Isolate::GetStackSample`.
+//! Taking a thread's JS frames with `v8::Isolate::GetStackSample`, while
+//! the thread is stopped: in its own signal handler (Linux) or suspended
+//! (macOS).
 //!
-//! # Why this is safe in a signal handler
-//!
-//! `GetStackSample` is V8's own sampling entry point, made for a thread
-//! that was interrupted at an arbitrary instruction:
-//!
-//! - V8's CPU profiler calls the same code (`TickSample::GetStackSample`
-//!   via `TickSample::Init`) from its SIGPROF handler on the interrupted
-//!   thread (`src/libsampler/sampler.cc`, `SignalHandler::HandleProfilerSignal`
-//!   → `SamplerManager::DoSample` → `SampleStack`), and on macOS and Windows
-//!   from a sampler thread while the target is suspended, as our Mach
-//!   backend does. The header says "GetStackSample should only be called
-//!   when the JS thread is paused or interrupted".
-//! - It allocates nothing and takes no lock: it reads the isolate's VM
-//!   state (returning at once in GC, before touching the heap), bails out if
-//!   `js_entry_sp` is 0 (no JS on the stack), refuses to walk when the pc is
-//!   in a frame setup/teardown sequence, and walks with
-//!   `StackFrameIteratorForProfiler` (formerly `SafeStackFrameIterator`),
-//!   which checks every frame pointer against `[sp, js_entry_sp)` before
-//!   reading. For interpreted frames it does not even dereference the
-//!   bytecode array (it returns `bytecode_array + offset`).
-//! - The `RegisterState` it copies has a null `callee_saved`, so its copy
-//!   constructor does not allocate either.
-//! - cloudflare/workerd calls it from its crash signal handler
-//!   (`src/workerd/jsg/setup.c++`, `getJsStackTrace`, with the registers from
-//!   the `ucontext_t`), and DataDog's pprof-nodejs from its profiling signal
-//!   handler (`bindings/sample.cc`, `GetStackSample(isolate, ucontext, ...)`).
-//!
-//! What is ours to guarantee: the isolate pointer is the interrupted
-//! thread's own and alive (the registry, plus a `TryGetCurrent()` cross-check
-//! on the current thread: it reads a thread-local of the node executable,
-//! which is async-signal-safe), the API was resolved before (no `dlsym`
-//! here), and the version's `SampleInfo` layout is known.
-//!
-//! One V8 detail to know: newer V8s (12.x+) call
-//! `ThreadIsolatedAllocator::SetDefaultPermissionsForSignalHandler()` in
-//! their own handler, for memory-protection-key builds. Node does not use
-//! protection keys (every mapping of node 18-26 shows `ProtectionKey: 0` on
-//! a PKU machine), so we do not; an embedder that enables them would need it.
+//! The call allocates nothing and takes no lock; V8's own profiler makes it
+//! from its SIGPROF handler. What this module guarantees: the isolate is
+//! the stopped thread's own and alive (the registry, cross-checked with
+//! `TryGetCurrent()` on the current thread), the API was resolved before
+//! (no `dlsym` here), and the version's `SampleInfo` layout is known. The
+//! evidence, for both ways of stopping a thread:
+//! `docs/design/getstacksample-when-stopped.md`.
 
 use std::ffi::c_void;
 
 use super::abi::{state_tag, Layout, RegisterState, SampleInfoBuf, STATE_UNSET};
 use super::api::{api_if_resolved, Api, Isolate};
 use super::registry;
-use crate::core::walker::{strip_pointer_tag, Registers};
+use crate::sampler::walker::{strip_pointer_tag, Registers};
 
 const _: () = assert!(std::mem::size_of::<u64>() == std::mem::size_of::<*mut c_void>());
 

@@ -20,12 +20,12 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::core::walker::StackBounds;
+use crate::sampler::walker::StackBounds;
 
 /// Offsets below the frame pointer read for every frame.
 pub const OFFSETS: [u64; 4] = [24, 32, 40, 48];
 pub const WORDS: usize = OFFSETS.len();
-const _: () = assert!(WORDS == crate::core::backend::FRAME_WORDS);
+const _: () = assert!(WORDS == crate::sampler::backend::FRAME_WORDS);
 
 /// Reads the words at `fp - OFFSETS[i]` that lie within `bounds`, 0 for
 /// the others. Async-signal-safe.

@@ -1,41 +1,16 @@
 //! The Linux backend: threads from `/proc/self/task`, stacks captured by a
-//! real-time signal whose handler walks the thread's own stack.
+//! real-time signal whose handler records the thread's own stack into a
+//! preallocated slot and returns (`signal`). A thread is stopped only for
+//! the time of its own handler; it never waits for another thread. Why not
+//! park the thread instead: `docs/design/linux-self-walk.md`.
 //!
-//! # Why self-walk, not park
-//!
-//! Linux has no `thread_suspend`. The two known ways to stop a thread are:
-//!
-//! - **Park** (Gecko): the handler publishes its registers and waits on a
-//!   futex while the sampler walks its stack, then is released. The thread
-//!   stays stopped for a full round trip through the scheduler: on the 2-core
-//!   VMs we run on, a C prototype measured a median of 40-90 µs with 1-2 busy
-//!   threads and 3.4 ms with 4, because the sampler must be scheduled again
-//!   before the target can go on.
-//! - **Self-walk** (gperftools, async-profiler): the handler walks its own
-//!   stack into a preallocated slot and returns. The same prototype measured
-//!   p50 0.05-0.1 µs and p99 0.6 µs inside the handler (22 frames), with
-//!   99.8 % of signals delivered with 8 busy threads.
-//!
-//! Self-walk stops each thread for the time of one walk and never makes it
-//! wait for another thread, so it is the design here. `npm run bench`
-//! reports the handler-time histogram this backend records, and the README
-//! quotes it. The cost is that a capture completes asynchronously: signals
-//! go out on one tick and the slots are harvested on the next
-//! ([`Backend::collect`]).
-//!
-//! Other choices:
-//! - The signal is a free real-time signal (never SIGPROF, which V8's CPU
-//!   profiler uses), installed with SA_RESTART so interrupted system calls
-//!   restart. The handler saves and restores errno.
-//! - Stack bounds come from the `/proc/self/maps` range containing the
-//!   thread's stack pointer, looked up on the sampler thread. When a thread
-//!   is discovered it gets one probe signal that only reports its sp, so its
-//!   bounds are known by its first real sample.
-//! - Idle threads are detected with the per-thread CPU clock
-//!   (`clock_gettime` on the thread's CPU-clock id) and are not signalled; a
-//!   thread counts as idle if it gained less CPU time than one signal costs.
-//! - Threads that block the signal are not signalled either (they would only
-//!   collect pending signals); they are counted as skipped.
+//! - The signal is a free real-time signal, never SIGPROF (V8's).
+//! - Stack bounds come from `/proc/self/maps`, looked up on the sampler
+//!   thread for the sp a handler reported; a new thread gets one probe
+//!   signal that only reports its sp, so its bounds are known by its first
+//!   real sample.
+//! - Idle threads (per-thread CPU clock not advancing) are not signalled;
+//!   neither are threads that block the signal (counted as skipped).
 
 pub mod modules;
 pub mod procfs;
@@ -43,10 +18,10 @@ pub mod signal;
 
 use rustc_hash::FxHashMap;
 
-use crate::core::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone};
-use crate::core::error::{ErrorCode, SamplerError};
-use crate::core::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-use crate::core::walker::StackBounds;
+use crate::sampler::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone};
+use crate::sampler::error::{ErrorCode, SamplerError};
+use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
+use crate::sampler::walker::StackBounds;
 
 use procfs::MemoryMap;
 use signal::{Harvest, FLAG_BOUNDS_MISS};
@@ -290,7 +265,7 @@ impl Backend for LinuxBackend {
     }
 
     fn current_tid(&self) -> u64 {
-        crate::core::critical::current_thread_id()
+        crate::sampler::thread_id::current()
     }
 
     fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
@@ -326,7 +301,7 @@ impl Backend for LinuxBackend {
                     stopped_ns: d.exit_ns.saturating_sub(d.enter_ns),
                     delivery_ns: Some(d.enter_ns.saturating_sub(d.sent_ns)),
                     walk_error: false,
-                    js: d.js,
+                    runtime_frames: d.js,
                     tos: d.tos,
                     frame_words: d.words,
                 }));
@@ -402,7 +377,7 @@ mod tests {
 
     #[test]
     fn thread_cpu_clock_reads_this_thread() {
-        let tid = crate::core::critical::current_thread_id();
+        let tid = crate::sampler::thread_id::current();
         let a = clock_ns(thread_cpu_clock(tid)).unwrap();
         let mut x = 0u64;
         for i in 0..2_000_000u64 {

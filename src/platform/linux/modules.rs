@@ -5,7 +5,7 @@
 //! its build id is read from its PT_NOTE segments in memory, which are
 //! mapped and read-only, so no file needs to be opened.
 
-use crate::profile::Module;
+use crate::platform::Module;
 
 const NT_GNU_BUILD_ID: u32 = 3;
 

@@ -6,8 +6,8 @@
 use std::fs;
 use std::io::Read;
 
-use crate::core::registry::ThreadName;
-use crate::core::walker::StackBounds;
+use crate::sampler::registry::ThreadName;
+use crate::sampler::walker::StackBounds;
 
 /// Lists the process's threads. Keeps `/proc/self/task` open and reads it
 /// with `getdents64` into a reused buffer, so a rescan costs two system
@@ -195,7 +195,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(b.contains(sp));
         let mut tids = Vec::new();
         list_threads(&mut tids).unwrap();
-        let me = crate::core::critical::current_thread_id();
+        let me = crate::sampler::thread_id::current();
         assert!(tids.contains(&me));
         let mut buf = Vec::new();
         assert!(thread_name(me, &mut buf).is_some());
@@ -211,7 +211,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
-            tid_tx.send(crate::core::critical::current_thread_id()).unwrap();
+            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
             rx.recv().unwrap();
         });
         let tid = tid_rx.recv().unwrap();

@@ -34,13 +34,13 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use crate::core::backend::FRAME_WORDS;
-use crate::core::critical::StoppedWindow;
-use crate::core::error::{ErrorCode, SamplerError};
-use crate::core::walker::{walk_stack, walk_stack_visit, Registers, StackBounds, WalkEnd};
+use crate::sampler::backend::FRAME_WORDS;
+use crate::sampler::error::{ErrorCode, SamplerError};
+use crate::sampler::stopped_window::StoppedWindow;
+use crate::sampler::walker::{walk_stack, walk_stack_visit, Registers, StackBounds, WalkEnd};
 
 /// The deepest stack a slot can hold; the `maxStackDepth` option's maximum.
-pub const SLOT_FRAMES: usize = crate::core::options::MAX_STACK_DEPTH_MAX;
+pub const SLOT_FRAMES: usize = crate::sampler::options::MAX_STACK_DEPTH_MAX;
 const CHUNK_SLOTS: usize = 32;
 const MAX_CHUNKS: usize = 256;
 /// Threads that can be sampled at once.
@@ -567,7 +567,7 @@ fn tcb_is_above_stack() -> bool {
     // SAFETY: pthread_self has no preconditions.
     let tcb = unsafe { libc::pthread_self() } as u64;
     // The main thread's TCB is not on its stack; check from a fresh thread.
-    let on_main = crate::core::critical::current_thread_id() == std::process::id() as u64;
+    let on_main = crate::sampler::thread_id::current() == std::process::id() as u64;
     if on_main {
         return std::thread::spawn(tcb_is_above_stack).join().unwrap_or(false);
     }
@@ -620,9 +620,10 @@ pub fn send(tid: u64, value: u64) -> Result<(), i32> {
 /// signal to the calling thread with a value no slot matches, so the
 /// handler returns at once, and times each round trip (send, delivery,
 /// handler entry and exit, sigreturn). Returns the durations in ns.
+#[cfg(any(test, feature = "testing"))]
 pub fn round_trip_ns(iterations: usize) -> Result<Vec<u64>, SamplerError> {
     install()?;
-    let tid = crate::core::critical::current_thread_id();
+    let tid = crate::sampler::thread_id::current();
     let mut out = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let t0 = monotonic_ns();
@@ -656,7 +657,7 @@ mod tests {
     #[test]
     fn handler_walks_own_stack_via_slot() {
         install().unwrap();
-        let tid = crate::core::critical::current_thread_id();
+        let tid = crate::sampler::thread_id::current();
         let index = acquire(tid).unwrap();
         let s = slot(index).unwrap();
         let maps = super::super::procfs::MemoryMap::read().unwrap();
@@ -686,7 +687,7 @@ mod tests {
     #[test]
     fn abandoned_request_is_acknowledged_by_a_late_handler() {
         install().unwrap();
-        let tid = crate::core::critical::current_thread_id();
+        let tid = crate::sampler::thread_id::current();
         let index = acquire(tid).unwrap();
         let s = slot(index).unwrap();
         let value = s.arm(index, StackBounds::EMPTY, 8, 0).unwrap();
@@ -704,7 +705,7 @@ mod tests {
         // SAFETY: sending our own installed signal to ourselves.
         unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::syscall(libc::SYS_gettid), sig) };
         // Garbage si_value with a valid sender: no slot matches.
-        send(crate::core::critical::current_thread_id(), u64::MAX).unwrap();
-        send(crate::core::critical::current_thread_id(), 0).unwrap();
+        send(crate::sampler::thread_id::current(), u64::MAX).unwrap();
+        send(crate::sampler::thread_id::current(), 0).unwrap();
     }
 }

@@ -31,10 +31,10 @@ use mach2::mach_init::mach_thread_self;
 use mach2::port::{mach_port_t, MACH_PORT_NULL};
 
 use super::threads::deallocate;
-use crate::core::registry::{ThreadEntry, ThreadName, ThreadRegistry};
 use crate::platform::mach_logic::{
     apply_hook_event, release_right, stack_bounds_from_top, ExitLog, HookEvent, HookOutcome, PortQueue, Release,
 };
+use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
 
 /// The hook's signature. libc declares `pthread_introspection_hook_install`
 /// as returning a non-nullable function pointer, but it returns NULL when no

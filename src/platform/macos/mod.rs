@@ -11,7 +11,7 @@
 //!
 //! A pthread introspection hook ([`hook`]) tracks threads in a process-wide
 //! registry, which `refresh_threads` copies into the session's registry.
-//! Where this differs from the seed design, and why:
+//! How, and why:
 //!
 //! - **Existing threads.** The hook only reports threads that start after it
 //!   is installed, but Node's main thread, the libuv pool and V8's workers
@@ -117,16 +117,16 @@ use mach2::port::MACH_PORT_NULL;
 use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
 use mach2::thread_status::thread_state_t;
 
-use crate::core::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS};
-use crate::core::critical::StoppedWindow;
-use crate::core::error::SamplerError;
-use crate::core::options::MAX_STACK_DEPTH_MAX;
+use crate::sampler::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS};
+use crate::sampler::error::SamplerError;
+use crate::sampler::options::MAX_STACK_DEPTH_MAX;
+use crate::sampler::stopped_window::StoppedWindow;
 /// JavaScript frames kept per sample (from V8's `GetStackSample`).
 const JS_FRAMES_MAX: usize = 256;
-use crate::core::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
-use crate::core::timebase::Timebase;
-use crate::core::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk, WalkEnd};
 use crate::platform::mach_logic::{self as logic, FoundThread, KernOutcome};
+use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
+use crate::sampler::timebase::Timebase;
+use crate::sampler::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk, WalkEnd};
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
 
@@ -151,8 +151,8 @@ mod arch {
     pub const STATE_COUNT: u32 = (std::mem::size_of::<ThreadState>() / 4) as u32;
     const _: () = assert!(STATE_COUNT == 68);
 
-    pub fn registers(s: &ThreadState) -> crate::core::walker::Registers {
-        crate::core::walker::Registers { pc: s.__pc, sp: s.__sp, fp: s.__fp, lr: s.__lr }
+    pub fn registers(s: &ThreadState) -> crate::sampler::walker::Registers {
+        crate::sampler::walker::Registers { pc: s.__pc, sp: s.__sp, fp: s.__fp, lr: s.__lr }
     }
 }
 
@@ -164,8 +164,8 @@ mod arch {
     pub const STATE_COUNT: u32 = (std::mem::size_of::<ThreadState>() / 4) as u32;
     const _: () = assert!(STATE_COUNT == 42);
 
-    pub fn registers(s: &ThreadState) -> crate::core::walker::Registers {
-        crate::core::walker::Registers { pc: s.__rip, sp: s.__rsp, fp: s.__rbp, lr: 0 }
+    pub fn registers(s: &ThreadState) -> crate::sampler::walker::Registers {
+        crate::sampler::walker::Registers { pc: s.__rip, sp: s.__rsp, fp: s.__rbp, lr: 0 }
     }
 }
 
@@ -249,7 +249,7 @@ pub(crate) fn warm_up_sampling() {
     }
     let _ = now_ticks();
     let _ = thread_cpu_time_self();
-    let _ = crate::core::critical::current_thread_id();
+    let _ = crate::sampler::thread_id::current();
 }
 
 fn thread_cpu_time_self() -> u64 {
@@ -443,7 +443,7 @@ impl MachBackend {
         let main_tid = *MAIN_TID.get_or_init(|| {
             // SAFETY: pthread_main_np has no preconditions.
             let caller_is_main = unsafe { libc::pthread_main_np() } == 1;
-            let caller = caller_is_main.then(crate::core::critical::current_thread_id);
+            let caller = caller_is_main.then(crate::sampler::thread_id::current);
             logic::pick_main_tid(caller, &self.found)
         });
         logic::merge_rescan(
@@ -553,7 +553,7 @@ impl Backend for MachBackend {
     }
 
     fn current_tid(&self) -> u64 {
-        crate::core::critical::current_thread_id()
+        crate::sampler::thread_id::current()
     }
 
     fn collect(&mut self, _sink: &mut dyn FnMut(Capture<'_>)) {
@@ -614,7 +614,7 @@ impl Backend for MachBackend {
                         stopped_ns: logic::elapsed_ns(&tb, t0, t1),
                         delivery_ns: None,
                         walk_error,
-                        js,
+                        runtime_frames: js,
                         tos,
                         frame_words: &self.words[..words_count.min(self.words.len())],
                     }));
@@ -631,7 +631,7 @@ impl Backend for MachBackend {
                     stopped_ns: logic::elapsed_ns(&tb, t0, t1),
                     delivery_ns: None,
                     walk_error: true,
-                    js: &[],
+                    runtime_frames: &[],
                     tos: 0,
                     frame_words: &[],
                 })),

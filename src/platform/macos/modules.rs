@@ -8,7 +8,7 @@
 use mach2::dyld::{_dyld_get_image_header, _dyld_get_image_name, _dyld_get_image_vmaddr_slide, _dyld_image_count};
 
 use crate::platform::mach_logic::{macho_commands_len, parse_macho, MACH_HEADER_64_SIZE};
-use crate::profile::Module;
+use crate::platform::Module;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -12,8 +12,8 @@ use mach2::task::task_threads;
 use mach2::traps::mach_task_self;
 use mach2::vm::mach_vm_deallocate;
 
-use crate::core::registry::{ThreadEntry, ThreadName};
 use crate::platform::mach_logic::{basic_info_cpu_ns, name_from_c, stack_bounds_from_top, FoundThread};
+use crate::sampler::registry::{ThreadEntry, ThreadName};
 
 /// Drops one user reference on a right we own.
 pub fn deallocate(port: mach_port_t) {
@@ -136,7 +136,7 @@ pub fn describe(found: &FoundThread, main_tid: u64) -> ThreadEntry {
     // if no pthread has it.
     let pt = unsafe { libc::pthread_from_mach_thread_np(found.port) };
     let bounds = if pt == 0 {
-        crate::core::walker::StackBounds::EMPTY
+        crate::sampler::walker::StackBounds::EMPTY
     } else {
         // SAFETY: for a thread other than the caller, both functions
         // re-validate `pt` under the list lock and return an error value

@@ -1,15 +1,9 @@
 //! How far V8's perf map had grown at each moment of a session.
 //!
-//! With `--perf-basic-prof`, V8 appends a line to `/tmp/perf-<pid>.map` for
-//! every code object it creates, and never says when one dies. When the
-//! address of dead code is reused, a later line covers the same bytes, and
-//! no reading of the file alone can tell which line was true when a sample
-//! was taken (seen: a worker's exit-time `flushSync` reusing the address of
-//! the `fib` it had run for 15 s). The file is line-buffered and only
-//! grows, so its size at a moment says which lines had been written by
-//! then. The sampler thread notes that size once a tick, outside any
-//! stop window, and the profile builder uses it to pick, per sample, the
-//! newest line that already existed.
+//! The perf map only grows, line by line, so its size at a moment says
+//! which lines existed then. The sampler thread notes the size once a tick,
+//! outside any stop window (one `fstat`). See
+//! `docs/design/perf-map-timeline.md`.
 
 use std::fs::File;
 
@@ -61,8 +55,10 @@ impl PerfMapWatch {
         t.points.push((now_ns, size));
     }
 
-    pub fn finish(self) -> PerfMapTimeline {
-        self.timeline
+    /// Stops watching and hands over what was seen.
+    pub fn finish(&mut self) -> PerfMapTimeline {
+        self.file = None;
+        std::mem::take(&mut self.timeline)
     }
 }
 

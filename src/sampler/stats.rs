@@ -125,8 +125,9 @@ pub struct Stats {
     pub ticks: Counter,
     pub ticks_missed: Counter,
     pub sampler_cpu_ns: Counter,
-    pub stack_reaches_root: Counter,
-    /// Samples whose JavaScript frames V8 reported and were merged in.
+    pub stacks_reaching_root: Counter,
+    /// Samples a [`StackRewrite`](super::backend::StackRewrite) merged
+    /// runtime frames into.
     pub js_samples: Counter,
     /// How long a thread is stopped per sample (suspend to resume, or
     /// signal-handler entry to exit).
@@ -135,60 +136,80 @@ pub struct Stats {
     pub delivery_hist: Histogram,
 }
 
-/// A plain copy of the counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StatsSnapshot {
-    pub samples_captured: u64,
-    pub samples_dropped: u64,
-    pub threads_sampled: u64,
-    pub threads_skipped: u64,
-    pub total_suspend_ns: u64,
-    pub max_suspend_ns: u64,
-    pub walk_errors: u64,
-    pub idle_samples: u64,
-    pub truncated_stacks: u64,
-    pub ticks: u64,
-    pub ticks_missed: u64,
-    pub sampler_cpu_ns: u64,
-    pub stack_reaches_root: u64,
-    pub js_samples: u64,
-    pub suspend_p50_ns: u64,
-    pub suspend_p99_ns: u64,
-    pub delivery_p50_ns: u64,
-    pub delivery_p99_ns: u64,
-    pub delivery_max_ns: u64,
-    pub thread_count: u64,
+/// Calls `$m!` with every field of [`StatsSnapshot`] and its doc, in
+/// order: the one list from which the snapshot, the JavaScript `Stats`
+/// object and the profile file's statistics are generated.
+#[macro_export]
+macro_rules! with_stats_fields {
+    ($m:ident) => {
+        $m! {
+            /// Samples stored in the profile.
+            samples_captured,
+            /// Samples lost because the buffer or stack table was full.
+            samples_dropped,
+            /// Thread samples taken: always samples captured plus dropped.
+            threads_sampled,
+            /// Thread samples not taken: the thread exited, had not yet been
+            /// reached, or blocks the sampling signal. Normal, not an error.
+            threads_skipped,
+            /// Total time sampled threads spent stopped, in nanoseconds.
+            total_suspend_ns,
+            /// Longest single stop, in nanoseconds.
+            max_suspend_ns,
+            /// Samples whose registers or stack bounds could not be read.
+            walk_errors,
+            /// Samples of idle threads, recorded without stopping them.
+            idle_samples,
+            /// Stacks cut at the maximum stack depth.
+            truncated_stacks,
+            /// Sampler ticks run.
+            ticks,
+            /// Ticks skipped because the sampler fell behind.
+            ticks_missed,
+            /// CPU time used by the sampler thread, in nanoseconds.
+            sampler_cpu_ns,
+            /// Stacks whose frame chain ended cleanly at the thread's root.
+            stacks_reaching_root,
+            /// Samples whose runtime (JavaScript) frames were merged in.
+            js_samples,
+            /// Median stop, in nanoseconds (from a histogram; within 12.5 %).
+            suspend_p50_ns,
+            /// 99th-percentile stop, in nanoseconds.
+            suspend_p99_ns,
+            /// Linux: median time from sending the signal to the handler running.
+            delivery_p50_ns,
+            /// Linux: 99th percentile of the delivery time.
+            delivery_p99_ns,
+            /// Linux: longest delivery time seen.
+            delivery_max_ns,
+            /// Threads known to the sampler.
+            thread_count,
+        }
+    };
 }
 
-impl StatsSnapshot {
-    /// Every counter with its name in the JS API (`stats()`), for code that
-    /// reads or writes them by name: the file format and profiles passed in
-    /// from JS.
-    pub fn fields_mut(&mut self) -> [(&'static str, &mut u64); 20] {
-        [
-            ("samplesCaptured", &mut self.samples_captured),
-            ("samplesDropped", &mut self.samples_dropped),
-            ("threadsSampled", &mut self.threads_sampled),
-            ("threadsSkipped", &mut self.threads_skipped),
-            ("totalSuspendNs", &mut self.total_suspend_ns),
-            ("maxSuspendNs", &mut self.max_suspend_ns),
-            ("walkErrors", &mut self.walk_errors),
-            ("idleSamples", &mut self.idle_samples),
-            ("truncatedStacks", &mut self.truncated_stacks),
-            ("ticks", &mut self.ticks),
-            ("ticksMissed", &mut self.ticks_missed),
-            ("samplerCpuNs", &mut self.sampler_cpu_ns),
-            ("stacksReachingRoot", &mut self.stack_reaches_root),
-            ("jsSamples", &mut self.js_samples),
-            ("suspendP50Ns", &mut self.suspend_p50_ns),
-            ("suspendP99Ns", &mut self.suspend_p99_ns),
-            ("deliveryP50Ns", &mut self.delivery_p50_ns),
-            ("deliveryP99Ns", &mut self.delivery_p99_ns),
-            ("deliveryMaxNs", &mut self.delivery_max_ns),
-            ("threadCount", &mut self.thread_count),
-        ]
-    }
+macro_rules! define_snapshot {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// A plain copy of the counters.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct StatsSnapshot {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl StatsSnapshot {
+            /// Every field with its Rust name, in table order.
+            pub fn fields_mut(&mut self) -> Vec<(&'static str, &mut u64)> {
+                vec![$((stringify!($name), &mut self.$name),)*]
+            }
+
+            /// Every field with its Rust name, in table order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
 }
+with_stats_fields!(define_snapshot);
 
 impl Stats {
     pub fn reset(&self) {
@@ -204,7 +225,7 @@ impl Stats {
             &self.ticks,
             &self.ticks_missed,
             &self.sampler_cpu_ns,
-            &self.stack_reaches_root,
+            &self.stacks_reaching_root,
             &self.js_samples,
         ] {
             c.set(0);
@@ -240,7 +261,7 @@ impl Stats {
             ticks: self.ticks.get(),
             ticks_missed: self.ticks_missed.get(),
             sampler_cpu_ns: self.sampler_cpu_ns.get(),
-            stack_reaches_root: self.stack_reaches_root.get(),
+            stacks_reaching_root: self.stacks_reaching_root.get(),
             js_samples: self.js_samples.get(),
             suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
             suspend_p99_ns: Histogram::percentile(&suspend, 0.99),

@@ -7,16 +7,24 @@
 use napi::bindgen_prelude::*;
 use napi::{Env, JsValue, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
 use napi_derive::napi;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 mod formats;
 mod profile;
 mod symbols;
+#[cfg(feature = "testing")]
+mod testing;
 
 use crate::control;
-use crate::core::error::SamplerError;
-use crate::core::options::SamplerOptions;
-use crate::core::stats::StatsSnapshot;
-use profile::Profile;
+use crate::profile::StatsSnapshot;
+use crate::sampler::error::SamplerError;
+use crate::sampler::options::SamplerOptions;
+use profile::JsProfile;
+
+/// What every binding returns: a value, or a JS error with a `code`.
+// Exported functions spell it `Result<T, &'static str>`: napi-derive
+// recognises a fallible return by that spelling.
+pub(crate) type JsResult<T> = napi::Result<T, &'static str>;
 
 pub(crate) fn js_error(e: SamplerError) -> napi::Error<&'static str> {
     napi::Error::new(e.code.as_str(), e.message)
@@ -34,7 +42,7 @@ pub(crate) fn napi_fail(e: napi::Error) -> napi::Error<&'static str> {
 
 const OPTION_KEYS: &str = "intervalMs, maxStackDepth, nativeUnwinding, bufferSamples, jsNames";
 
-fn number_option(key: &str, val: &Unknown, ty: ValueType) -> Result<f64, &'static str> {
+fn number_option(key: &str, val: &Unknown, ty: ValueType) -> JsResult<f64> {
     if ty != ValueType::Number {
         return Err(einval(format!("options.{key} must be a number, got {}", type_name(ty))));
     }
@@ -58,7 +66,7 @@ fn type_name(ty: ValueType) -> &'static str {
     }
 }
 
-fn parse_options(options: Unknown) -> Result<SamplerOptions, &'static str> {
+fn parse_options(options: Unknown) -> JsResult<SamplerOptions> {
     let mut out = SamplerOptions::default();
     match options.get_type().map_err(napi_fail)? {
         ValueType::Undefined => return Ok(out),
@@ -103,7 +111,7 @@ fn parse_options(options: Unknown) -> Result<SamplerOptions, &'static str> {
     Ok(out)
 }
 
-fn boolean(val: &Unknown, ty: ValueType, what: &str) -> Result<bool, &'static str> {
+fn boolean(val: &Unknown, ty: ValueType, what: &str) -> JsResult<bool> {
     if ty != ValueType::Boolean {
         return Err(einval(format!("{what} must be a boolean (true or false), got {}", type_name(ty))));
     }
@@ -136,32 +144,38 @@ pub fn init(_exports: Object, env: Env) -> napi::Result<()> {
     Ok(())
 }
 
-/// @internal Why JavaScript frames cannot be named from V8 in this thread's
-/// environment (null if they can); `index.js` turns this into one warning.
-#[napi(js_name = "_jsNamesUnavailable")]
-pub fn js_names_unavailable() -> Option<String> {
+/// Why JavaScript frames cannot be named from V8 in this process, if they
+/// cannot.
+pub(crate) fn js_names_unavailable() -> Option<String> {
     if crate::control::js_frames_available() {
         return None;
     }
     V8_UNAVAILABLE.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| Some("no JS thread registered".into()))
 }
 
-/// @internal How interpreted frames are found: "learned" once the frame
-/// layout has been learned from V8 (then the handler reads it from the
-/// frames), "learning" before (V8's GetStackSample in the handler).
-#[napi(js_name = "_jsFramesMode")]
-pub fn js_frames_mode() -> String {
-    match crate::v8::slots::learned() {
-        Some(l) => format!("learned {}:{}:{}", l.array, l.offset, l.smi_shift),
-        None => "learning".into(),
+/// Warns once per process, through `process.emitWarning`, when JavaScript
+/// frames cannot be named from V8 here.
+fn warn_once_if_no_js_names(env: &Env) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let Some(why) = js_names_unavailable() else { return };
+    if WARNED.swap(true, Ordering::Relaxed) {
+        return;
     }
-}
-
-/// @internal Stops V8's code events if no session runs (see
-/// `control::release_js_names_if_idle`); index.js calls it after stop().
-#[napi(js_name = "_releaseJsNames")]
-pub fn release_js_names() {
-    control::release_js_names_if_idle();
+    let message = format!(
+        "machsampler: JavaScript frames will not be named from V8 ({why}); they are named from V8's perf map \
+         when node runs with --perf-basic-prof, otherwise shown as addresses."
+    );
+    let emit = || -> napi::Result<()> {
+        let process: Object = env.get_global()?.get_named_property("process")?;
+        let emit_warning: Function<'_, FnArgs<(String, Object)>, Unknown> =
+            process.get_named_property("emitWarning")?;
+        let mut options = Object::new(env)?;
+        options.set_named_property("code", "MACHSAMPLER_NO_JS_NAMES")?;
+        emit_warning.apply(process, FnArgs::from((message, options)))?;
+        Ok(())
+    };
+    // A warning that cannot be shown must not fail start().
+    let _ = emit();
 }
 
 /// Starts sampling every thread of the process.
@@ -175,16 +189,20 @@ pub fn release_js_names() {
 /// @throws `EAGAIN` if the sampler is already running.
 /// @throws `ENOTSUP` where sampling is impossible (macOS under Rosetta).
 #[napi(ts_args_type = "options?: StartOptions")]
-pub fn start(options: Unknown) -> Result<(), &'static str> {
+pub fn start(env: &Env, options: Unknown) -> Result<(), &'static str> {
     let options = parse_options(options)?;
-    control::start(options).map_err(js_error)
+    control::start(options).map_err(js_error)?;
+    if options.js_names {
+        warn_once_if_no_js_names(env);
+    }
+    Ok(())
 }
 
 /// Options for {@link start}. Every field is optional.
 // Only its type is used (for index.d.ts): `start` validates by hand.
 #[allow(dead_code)]
-#[napi(object)]
-pub struct StartOptions {
+#[napi(object, js_name = "StartOptions")]
+pub struct JsStartOptions {
     /// Sampling interval in milliseconds: an integer from 1 to 1000. Default 10.
     pub interval_ms: Option<u32>,
     /// Frames recorded per stack, leaf first: an integer from 1 to 1024.
@@ -203,95 +221,106 @@ pub struct StartOptions {
     pub js_names: Option<bool>,
 }
 
-/// Sampler statistics. Counters cover the current (or last) session.
-#[napi(object)]
-#[derive(Clone)]
-pub struct Stats {
-    /// Samples stored in the profile.
-    pub samples_captured: f64,
-    /// Samples lost because the buffer or stack table was full.
-    pub samples_dropped: f64,
-    /// Thread samples taken: always `samplesCaptured + samplesDropped`.
-    pub threads_sampled: f64,
-    /// Thread samples not taken: the thread exited, had not yet been
-    /// reached, or blocks the sampling signal. Normal, not an error.
-    pub threads_skipped: f64,
-    /// Total time sampled threads spent stopped, in nanoseconds.
-    pub total_suspend_ns: f64,
-    /// Longest single stop, in nanoseconds.
-    pub max_suspend_ns: f64,
-    /// Median stop, in nanoseconds (from a histogram; within 12.5 %).
-    pub suspend_p50_ns: f64,
-    /// 99th-percentile stop, in nanoseconds.
-    pub suspend_p99_ns: f64,
-    /// Linux: median time from sending the signal to the handler running.
-    pub delivery_p50_ns: f64,
-    /// Linux: 99th percentile of the delivery time.
-    pub delivery_p99_ns: f64,
-    /// Linux: longest delivery time seen.
-    pub delivery_max_ns: f64,
-    /// Samples whose registers or stack bounds could not be read.
-    pub walk_errors: f64,
-    /// Samples of idle threads, recorded without stopping them.
-    pub idle_samples: f64,
-    /// Stacks cut at `maxStackDepth`.
-    pub truncated_stacks: f64,
-    /// Stacks whose frame chain ended cleanly at the thread's root.
-    pub stacks_reaching_root: f64,
-    /// Samples with JavaScript frames from V8 merged in.
-    pub js_samples: f64,
-    /// Sampler ticks run.
-    pub ticks: f64,
-    /// Ticks skipped because the sampler fell behind.
-    pub ticks_missed: f64,
-    /// CPU time used by the sampler thread, in nanoseconds.
-    pub sampler_cpu_ns: f64,
-    /// Threads currently known to the sampler.
-    pub thread_count: f64,
-}
-
-impl From<&StatsSnapshot> for Stats {
-    fn from(s: &StatsSnapshot) -> Self {
-        Stats {
-            samples_captured: s.samples_captured as f64,
-            samples_dropped: s.samples_dropped as f64,
-            threads_sampled: s.threads_sampled as f64,
-            threads_skipped: s.threads_skipped as f64,
-            total_suspend_ns: s.total_suspend_ns as f64,
-            max_suspend_ns: s.max_suspend_ns as f64,
-            suspend_p50_ns: s.suspend_p50_ns as f64,
-            suspend_p99_ns: s.suspend_p99_ns as f64,
-            delivery_p50_ns: s.delivery_p50_ns as f64,
-            delivery_p99_ns: s.delivery_p99_ns as f64,
-            delivery_max_ns: s.delivery_max_ns as f64,
-            walk_errors: s.walk_errors as f64,
-            idle_samples: s.idle_samples as f64,
-            truncated_stacks: s.truncated_stacks as f64,
-            stacks_reaching_root: s.stack_reaches_root as f64,
-            js_samples: s.js_samples as f64,
-            ticks: s.ticks as f64,
-            ticks_missed: s.ticks_missed as f64,
-            sampler_cpu_ns: s.sampler_cpu_ns as f64,
-            thread_count: s.thread_count as f64,
+macro_rules! define_js_stats {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Sampler statistics. Counters cover the current (or last) session.
+        #[napi(object, js_name = "Stats")]
+        #[derive(Clone)]
+        pub struct JsStats {
+            $($(#[$doc])* pub $name: f64,)*
         }
-    }
+
+        impl From<&StatsSnapshot> for JsStats {
+            fn from(s: &StatsSnapshot) -> Self {
+                JsStats { $($name: s.$name as f64,)* }
+            }
+        }
+    };
 }
+crate::with_stats_fields!(define_js_stats);
+
+const STOP_KEYS: &str = "symbolicate, output, format, includeIdle, threadPrefix, compress";
 
 /// Stops sampling and returns the profile. Every thread the sampler stopped
 /// has been resumed when this returns.
 ///
-/// @throws `ESRCH` if the sampler is not running.
-#[napi(ts_return_type = "Profile")]
-pub fn stop(env: &Env) -> Result<Profile<'_>, &'static str> {
-    let data = control::stop_profile().map_err(js_error)?;
-    Profile::from_data(env, &data).map_err(napi_fail)
+/// `options.symbolicate` names the frames before returning (as
+/// {@link symbolicate}, into `profile.symbols`); `options.output` also
+/// saves the profile there, atomically (as {@link saveProfile}, which the
+/// other options are for). Everything happens in this one call, without
+/// reading the profile back from JavaScript. Options are checked before the
+/// sampler stops; if the file cannot be written after that, the error
+/// carries the profile as `error.profile`.
+///
+/// @throws `ESRCH` if the sampler is not running; `EINVAL` for a bad
+///   option; `ENOENT`, `EACCES`, … if the file cannot be written.
+#[napi(ts_args_type = "options?: StopOptions", ts_return_type = "Profile")]
+pub fn stop<'env>(env: &'env Env, options: Unknown<'env>) -> Result<Unknown<'env>, &'static str> {
+    let mut symbolicate = false;
+    let mut output = None;
+    let mut save_options = Object::new(env).map_err(napi_fail)?;
+    let mut has_save_options = false;
+    for (key, val) in formats::entries(options, "options")? {
+        match key.as_str() {
+            "symbolicate" => symbolicate = formats::boolean(&val, "options.symbolicate")?,
+            "output" => output = Some(val),
+            "format" | "includeIdle" | "threadPrefix" | "compress" => {
+                save_options.set_named_property(&key, val).map_err(napi_fail)?;
+                has_save_options = true;
+            }
+            _ => return Err(einval(format!("unknown option '{key}'; valid options are {STOP_KEYS}"))),
+        }
+    }
+    let save = match output {
+        Some(o) => Some(formats::SaveRequest::parse(&o, "options.output", Some(save_options.to_unknown()))?),
+        None if has_save_options => {
+            return Err(einval("options.format, includeIdle, threadPrefix and compress need options.output"))
+        }
+        None => None,
+    };
+    let mut data = control::stop_profile().map_err(js_error)?;
+    if symbolicate {
+        data.symbols = Some(crate::symbols::symbolicate(&data, &Default::default()));
+    }
+    let profile = JsProfile::from_data(env, &data).map_err(napi_fail)?;
+    let profile = profile.into_unknown(env).map_err(napi_fail)?;
+    if let Some(save) = save {
+        if let Err(e) = save.write(&data) {
+            // The session is over: hand the profile back with the error.
+            // With the exception pending, the value returned is ignored.
+            let mut err = env.create_error(napi::Error::from_reason(e.reason.clone())).map_err(napi_fail)?;
+            err.set_named_property("code", e.status).map_err(napi_fail)?;
+            err.set_named_property("profile", profile).map_err(napi_fail)?;
+            env.throw(err).map_err(napi_fail)?;
+        }
+    }
+    Ok(profile)
+}
+
+/// Options for {@link stop}. Every field is optional.
+// Only its type is used (for the .d.ts): `stop` validates by hand.
+#[allow(dead_code)]
+#[napi(object, js_name = "StopOptions")]
+pub struct JsStopOptions {
+    /// Name the frames before returning (into `profile.symbols`).
+    pub symbolicate: Option<bool>,
+    /// Also save the profile to this file (format by extension).
+    pub output: Option<String>,
+    /// The format for `output`, whatever its extension.
+    pub format: Option<String>,
+    /// As in {@link ExportOptions}.
+    pub include_idle: Option<bool>,
+    /// As in {@link ExportOptions}.
+    pub thread_prefix: Option<bool>,
+    /// As in {@link ExportOptions}.
+    pub compress: Option<bool>,
 }
 
 /// Statistics of the running (or last) session. Safe to call at any time
 /// from any JS thread.
 #[napi]
-pub fn stats() -> Stats {
-    Stats::from(&control::stats())
+pub fn stats() -> JsStats {
+    JsStats::from(&control::stats())
 }
 
 /// True while the sampler is running.
@@ -321,22 +350,4 @@ pub fn set_native_unwinding(enabled: Unknown) -> Result<(), &'static str> {
 #[napi]
 pub fn get_native_unwinding() -> bool {
     control::native_unwinding()
-}
-
-/// @internal For `npm run bench`: the kernel's share of a sample, the time
-/// of an empty round trip of the sampling signal to the calling thread, in
-/// nanoseconds, one entry per iteration. Empty where the backend does not
-/// use signals (macOS).
-#[napi(js_name = "_benchSignalRoundTrip")]
-pub fn bench_signal_round_trip(iterations: u32) -> Result<Vec<f64>, &'static str> {
-    #[cfg(target_os = "linux")]
-    {
-        let ns = crate::platform::linux::signal::round_trip_ns(iterations.min(1_000_000) as usize).map_err(js_error)?;
-        Ok(ns.into_iter().map(|v| v as f64).collect())
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = iterations;
-        Ok(Vec::new())
-    }
 }

@@ -20,11 +20,10 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rustc_hash::FxHashMap;
 
-use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, JsFrames};
+use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, StackRewrite};
 use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
 use super::options::SamplerOptions;
-use super::perf_map_watch::{PerfMapTimeline, PerfMapWatch};
 use super::registry::{ThreadEntry, ThreadRegistry};
 use super::stacks::StackTable;
 use super::stats::{Stats, StatsSnapshot};
@@ -97,10 +96,17 @@ pub struct Recording {
     /// Wall-clock time at `start_ns`, milliseconds since the Unix epoch.
     pub start_wall_ms: f64,
     pub stats: StatsSnapshot,
-    /// Names of the JavaScript frames (`JS_FRAME_TAG | index`).
-    pub js_names: Vec<String>,
-    /// The growth of V8's perf map during the session, if it has one.
-    pub perf_map: PerfMapTimeline,
+}
+
+/// What a session calls besides its backend. Both run on the sampler
+/// thread, outside any stopped window.
+#[derive(Default)]
+pub struct Hooks {
+    /// Rewrites captured stacks into the frames to record.
+    pub rewrite: Option<Box<dyn StackRewrite>>,
+    /// Called once at the start and once per tick, after every thread the
+    /// tick stopped has been resumed, with the backend's time.
+    pub on_tick: Option<Box<dyn FnMut(u64) + Send>>,
 }
 
 struct ThreadState {
@@ -186,15 +192,15 @@ struct Session<'a> {
     state: FxHashMap<u64, ThreadState>,
     /// Scratch for a leaf-only stack when native unwinding is off.
     leaf: [u64; 1],
-    /// Merges V8's JavaScript frames into native stacks, when available.
-    js: Option<Box<dyn JsFrames>>,
+    /// Rewrites captured stacks (see [`Hooks::rewrite`]).
+    rewrite: Option<Box<dyn StackRewrite>>,
     /// Scratch for a merged stack.
     merged: Vec<u64>,
     max_depth: usize,
 }
 
 impl<'a> Session<'a> {
-    fn new(shared: &'a Shared, options: &SamplerOptions, js: Option<Box<dyn JsFrames>>) -> Self {
+    fn new(shared: &'a Shared, options: &SamplerOptions, rewrite: Option<Box<dyn StackRewrite>>) -> Self {
         Session {
             shared,
             samples: SampleBuffer::with_capacity(options.buffer_samples),
@@ -204,7 +210,7 @@ impl<'a> Session<'a> {
             threads: Vec::new(),
             state: FxHashMap::default(),
             leaf: [0],
-            js,
+            rewrite,
             merged: Vec::with_capacity(256),
             max_depth: options.max_stack_depth,
         }
@@ -261,7 +267,7 @@ impl<'a> Session<'a> {
         }
         match c.end {
             WalkEnd::Truncated => stats.truncated_stacks.add(1),
-            WalkEnd::Complete if c.frames.len() > 1 => stats.stack_reaches_root.add(1),
+            WalkEnd::Complete if c.frames.len() > 1 => stats.stacks_reaching_root.add(1),
             _ => {}
         }
         let Some(st) = self.state.get_mut(&c.tid) else {
@@ -272,12 +278,12 @@ impl<'a> Session<'a> {
             return;
         };
         let native_unwinding = self.shared.native_unwinding.load(Relaxed);
-        let frames = match self.js.as_mut() {
-            Some(js) if (!c.js.is_empty() || !c.frame_words.is_empty()) && native_unwinding => {
+        let frames = match self.rewrite.as_mut() {
+            Some(rw) if (!c.runtime_frames.is_empty() || !c.frame_words.is_empty()) && native_unwinding => {
                 stats.js_samples.add(1);
                 self.merged.clear();
-                js.merge(&c, &mut self.merged);
-                // JS frames V8 found beyond a cut native walk can add up
+                rw.rewrite(&c, &mut self.merged);
+                // Runtime frames found beyond a cut native walk can add up
                 // to more than the depth asked for; keep the leaf side.
                 self.merged.truncate(self.max_depth);
                 &self.merged[..]
@@ -308,13 +314,14 @@ pub fn run<B: Backend>(
     options: SamplerOptions,
     shared: &Shared,
     stop: Receiver<()>,
-    js: Option<Box<dyn JsFrames>>,
+    hooks: Hooks,
 ) -> Recording {
     let stats = &shared.stats;
     backend.prepare_sampler_thread();
     let own_tid = backend.current_tid();
     let idle_threshold = backend.idle_cpu_threshold_ns();
-    let mut session = Session::new(shared, &options, js);
+    let Hooks { rewrite, mut on_tick } = hooks;
+    let mut session = Session::new(shared, &options, rewrite);
     let mut live: Vec<ThreadEntry> = Vec::with_capacity(64);
     let mut batch: Vec<ThreadEntry> = Vec::with_capacity(64);
 
@@ -326,8 +333,9 @@ pub fn run<B: Backend>(
     let mut schedule = Schedule::new(start_ns, options.interval_ns);
     let mut last_refresh: Option<u64> = None;
     let mut last_full_refresh = start_ns;
-    let mut perf_map = PerfMapWatch::open_for_current_process();
-    perf_map.observe(start_ns);
+    if let Some(f) = on_tick.as_mut() {
+        f(start_ns);
+    }
 
     loop {
         match stop.try_recv() {
@@ -389,7 +397,9 @@ pub fn run<B: Backend>(
             backend.request(&batch, cfg, &mut |c| session.on_capture(c));
         }
         // After the request: every thread stopped by it has been resumed.
-        perf_map.observe(backend.now_ns());
+        if let Some(f) = on_tick.as_mut() {
+            f(backend.now_ns());
+        }
         if stats.ticks.get().is_multiple_of(16) {
             stats.sampler_cpu_ns.set(backend.own_cpu_ns());
         }
@@ -401,6 +411,9 @@ pub fn run<B: Backend>(
     }
 
     backend.finish(FINISH_TIMEOUT_NS, &mut |c| session.on_capture(c));
+    if let Some(rw) = session.rewrite.as_mut() {
+        rw.finish();
+    }
     // Names may have been set after the threads were first seen.
     backend.refresh_threads(&shared.registry, true);
     shared.registry.snapshot(&mut live);
@@ -418,8 +431,6 @@ pub fn run<B: Backend>(
         interval_ns: options.interval_ns,
         start_wall_ms,
         stats: stats.snapshot(shared.registry.len() as u64),
-        js_names: session.js.map(|j| j.names().to_vec()).unwrap_or_default(),
-        perf_map: perf_map.finish(),
     }
 }
 
@@ -438,7 +449,7 @@ impl RunningSampler {
         backend: B,
         options: SamplerOptions,
         shared: Arc<Shared>,
-        js: Option<Box<dyn JsFrames>>,
+        hooks: Hooks,
     ) -> Result<RunningSampler, SamplerError> {
         shared.stats.reset();
         shared.native_unwinding.store(options.native_unwinding, Relaxed);
@@ -446,7 +457,7 @@ impl RunningSampler {
         let spawn = || {
             std::thread::Builder::new()
                 .name("machsampler".into())
-                .spawn(move || run(backend, options, &shared, stop_rx, js))
+                .spawn(move || run(backend, options, &shared, stop_rx, hooks))
         };
         let handle = with_signals_blocked(spawn)
             .map_err(|e| SamplerError::new(ErrorCode::NoMem, format!("cannot create the sampler thread: {e}")))?;
@@ -468,7 +479,7 @@ impl RunningSampler {
 
 /// Runs `f` with every blockable signal blocked in the calling thread, so a
 /// thread it creates starts with them blocked.
-fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+pub fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: sigset_t is plain data; sigfillset initialises it, and
     // pthread_sigmask only changes the calling thread's mask, which is
     // restored before returning.
@@ -486,9 +497,9 @@ fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::backend::{SkipReason, ThreadGone};
-    use crate::core::registry::ThreadName;
-    use crate::core::walker::StackBounds;
+    use crate::sampler::backend::{SkipReason, ThreadGone};
+    use crate::sampler::registry::ThreadName;
+    use crate::sampler::walker::StackBounds;
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
     use std::sync::Mutex;
 
@@ -602,7 +613,7 @@ mod tests {
                     stopped_ns: 1000,
                     delivery_ns: None,
                     walk_error: false,
-                    js: &[],
+                    runtime_frames: &[],
                     tos: 0,
                     frame_words: &[],
                 }));
@@ -642,7 +653,8 @@ mod tests {
         let (b, rx, _) = fake(10, &[1, 2]);
         let shared = Shared::default();
         shared.native_unwinding.store(true, SeqCst);
-        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, None);
+        let rec =
+            run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, Hooks::default());
         assert_eq!(rec.threads.len(), 2, "{:?}", rec.threads);
         assert!(rec.threads.iter().all(|t| t.tid != 999), "sampler thread is not sampled");
         // Ticks may exceed requests by one: the stop is seen at the next loop turn.
@@ -656,7 +668,8 @@ mod tests {
     fn idle_thread_is_not_stopped_again() {
         let (b, rx, requests) = fake(10, &[1, 2]);
         let shared = Shared::default();
-        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, None);
+        let rec =
+            run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, Hooks::default());
         // Thread 1: 10 requests. Thread 2: the first request (no stack yet),
         // then 9 idle samples carrying that stack forward.
         assert_eq!(requests.load(SeqCst), 11);
@@ -676,7 +689,7 @@ mod tests {
         let (b, rx, _) = fake(20, &[1, 3]);
         let shared = Shared::default();
         let opts = SamplerOptions { interval_ns: 1_000_000, buffer_samples: 5, ..Default::default() };
-        let rec = run(b, opts, &shared, rx, None);
+        let rec = run(b, opts, &shared, rx, Hooks::default());
         assert_eq!(rec.samples.len(), 5);
         assert_eq!(rec.stats.samples_captured, 5);
         assert_eq!(rec.stats.samples_dropped, 15);
@@ -691,7 +704,7 @@ mod tests {
         shared.native_unwinding.store(false, SeqCst);
         let opts = SamplerOptions { interval_ns: 1_000_000, native_unwinding: false, ..Default::default() };
         let arc = Arc::new(shared);
-        let rec = run(b, opts, &arc, rx, None);
+        let rec = run(b, opts, &arc, rx, Hooks::default());
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30]);
     }
 
@@ -705,7 +718,8 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
             threads.lock().unwrap()[0].1 = false;
         });
-        let rec = run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, None);
+        let rec =
+            run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, Hooks::default());
         handle.join().unwrap();
         assert_eq!(rec.stats.walk_errors, 0);
         assert_eq!(

@@ -5,7 +5,7 @@ use napi::Env;
 use napi_derive::napi;
 
 use super::napi_fail;
-use super::profile::{profile_from_js, SymbolTable};
+use super::profile::{profile_from_js, JsSymbolTable};
 
 /// Resolves every frame of a profile to a function: its name (demangled),
 /// module, source file and line where debug information exists. JIT frames
@@ -18,8 +18,8 @@ use super::profile::{profile_from_js, SymbolTable};
 ///
 /// @throws `EINVAL` if `profile` is not a valid profile object.
 #[napi(ts_args_type = "profile: Profile", ts_return_type = "SymbolTable")]
-pub fn symbolicate<'env>(env: &'env Env, profile: Unknown<'_>) -> Result<SymbolTable<'env>, &'static str> {
+pub fn symbolicate<'env>(env: &'env Env, profile: Unknown<'_>) -> Result<JsSymbolTable<'env>, &'static str> {
     let data = profile_from_js(profile)?;
     let symbols = crate::symbols::symbolicate(&data, &Default::default());
-    SymbolTable::from_symbols(env, &symbols).map_err(napi_fail)
+    JsSymbolTable::from_symbols(env, &symbols).map_err(napi_fail)
 }

@@ -1,6 +1,7 @@
-//! Test-only JavaScript entry points into the V8 layer, named `__v8*`, for
-//! `__test__/v8.test.js`. Not part of the public API (index.js does not
-//! export them; tests reach them through binding.js).
+//! Test-only JavaScript entry points, built only with the `testing` cargo
+//! feature (the test and benchmark builds): `__v8*` for
+//! `__test__/v8.test.js`, and the internals the benchmark and stress suites
+//! read. The release addon exports none of them.
 //!
 //! Besides thin wrappers (register, code events, stats), this holds a small
 //! signal-driven sampler of its own, so the layer is exercised exactly as
@@ -14,8 +15,10 @@
 use napi_derive::napi;
 use serde_json::{json, Value};
 
-use super::{code_map, events, parse_js_name, register_current_thread, sample_js, unregister_current_thread, CodeMap};
-use crate::core::walker::Registers;
+use crate::sampler::walker::Registers;
+use crate::v8::{
+    code_map, events, parse_js_name, register_current_thread, sample_js, unregister_current_thread, CodeMap,
+};
 
 fn hex(a: u64) -> String {
     format!("{a:#x}")
@@ -49,8 +52,8 @@ fn describe(map: &CodeMap, frames: &[u64], t: u64, ranges: Option<events::V8Rang
 }
 
 fn current_ranges() -> Option<events::V8Ranges> {
-    let tid = crate::core::critical::current_thread_id();
-    super::registry::lookup_tid(tid).and_then(|r| events::ranges_for(r.isolate))
+    let tid = crate::sampler::thread_id::current();
+    crate::v8::registry::lookup_tid(tid).and_then(|r| events::ranges_for(r.isolate))
 }
 
 /// Registers the calling JS thread; returns JSON `{ok, ...}`.
@@ -62,12 +65,12 @@ pub fn v8_register() -> String {
             harness::remember_stack_bounds(r.tid);
             json!({
                 "ok": true, "tid": r.tid, "isolate": hex(r.isolate as u64), "serial": r.serial,
-                "version": super::v8_version().ok(),
+                "version": crate::v8::v8_version().ok(),
                 "embedded": [hex(r.ranges.embedded.start), r.ranges.embedded.len],
                 "codeRange": [hex(r.ranges.code.start), r.ranges.code.len],
             })
         }
-        Err(e) => json!({ "ok": false, "error": e.to_string(), "version": super::v8_version().ok() }),
+        Err(e) => json!({ "ok": false, "error": e.to_string(), "version": crate::v8::v8_version().ok() }),
     };
     out.to_string()
 }
@@ -88,7 +91,7 @@ pub fn v8_register_with_cleanup_hook(env: napi::Env) -> String {
 /// How many JS threads are registered now.
 #[napi(js_name = "__v8RegisteredCount")]
 pub fn v8_registered_count() -> u32 {
-    super::registry::all().len() as u32
+    crate::v8::registry::all().len() as u32
 }
 
 #[napi(js_name = "__v8Unregister")]
@@ -187,6 +190,42 @@ pub fn v8_sample_foreign_thread() -> String {
     }
 }
 
+/// Why JavaScript frames cannot be named from V8 here (null if they can).
+#[napi(js_name = "_jsNamesUnavailable")]
+pub fn js_names_unavailable() -> Option<String> {
+    super::js_names_unavailable()
+}
+
+/// How interpreted frames are found: "learned" once the frame
+/// layout has been learned from V8 (then the handler reads it from the
+/// frames), "learning" before (V8's GetStackSample in the handler).
+#[napi(js_name = "_jsFramesMode")]
+pub fn js_frames_mode() -> String {
+    match crate::v8::slots::learned() {
+        Some(l) => format!("learned {}:{}:{}", l.array, l.offset, l.smi_shift),
+        None => "learning".into(),
+    }
+}
+
+/// For `npm run bench`: the kernel's share of a sample, the time
+/// of an empty round trip of the sampling signal to the calling thread, in
+/// nanoseconds, one entry per iteration. Empty where the backend does not
+/// use signals (macOS).
+#[napi(js_name = "_benchSignalRoundTrip")]
+pub fn bench_signal_round_trip(iterations: u32) -> napi::bindgen_prelude::Result<Vec<f64>, &'static str> {
+    #[cfg(target_os = "linux")]
+    {
+        let ns = crate::platform::linux::signal::round_trip_ns(iterations.min(1_000_000) as usize)
+            .map_err(super::js_error)?;
+        Ok(ns.into_iter().map(|v| v as f64).collect())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = iterations;
+        Ok(Vec::new())
+    }
+}
+
 #[cfg(target_os = "linux")]
 mod harness {
     use std::cell::UnsafeCell;
@@ -197,7 +236,7 @@ mod harness {
     use serde_json::{json, Value};
 
     use super::describe;
-    use crate::core::walker::{walk_stack, Registers, StackBounds, WalkEnd};
+    use crate::sampler::walker::{walk_stack, Registers, StackBounds, WalkEnd};
     use crate::v8::merge::{classifier, merge_stacks, AddrClass, Merged};
     use crate::v8::{code_map, events, registry, sample_js, SampleStatus};
 

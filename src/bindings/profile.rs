@@ -10,17 +10,17 @@ use napi::bindgen_prelude::*;
 use napi::{Env, JsValue, ValueType};
 use napi_derive::napi;
 
-use super::{einval, napi_fail, Stats};
-use crate::core::sampler::ThreadRecord;
-use crate::core::stats::StatsSnapshot;
+use super::{einval, napi_fail, JsResult, JsStats};
+use crate::profile::StatsSnapshot;
+use crate::profile::ThreadRecord;
 use crate::profile::{Function, FunctionKind, Meta, Module, ProfileData, Symbols};
 
 /// Layout version of the `Profile` object. Bumped when fields change meaning.
 pub const PROFILE_VERSION: u32 = 1;
 
 /// A thread that appears in a profile.
-#[napi(object)]
-pub struct ThreadInfo {
+#[napi(object, js_name = "ThreadInfo")]
+pub struct JsThreadInfo {
     /// OS thread id (Linux tid; macOS `pthread_threadid_np`).
     pub tid: f64,
     /// Thread name as the OS reports it (may be empty).
@@ -30,8 +30,8 @@ pub struct ThreadInfo {
 }
 
 /// One column per sample field; index `i` of each is sample `i`.
-#[napi(object)]
-pub struct SampleTable<'env> {
+#[napi(object, js_name = "SampleTable")]
+pub struct JsSampleTable<'env> {
     /// Index into `profile.threads`.
     pub thread: Uint32ArraySlice<'env>,
     /// When the sample was taken, in `profile` clock nanoseconds (monotonic).
@@ -48,8 +48,8 @@ pub struct SampleTable<'env> {
 /// Stacks as a prefix tree: node `i` is frame `frame[i]` called from node
 /// `parent[i]` (-1 for a root). A sample's frames are found by following
 /// `parent` from `samples.stack[i]`, leaf first.
-#[napi(object)]
-pub struct StackTable<'env> {
+#[napi(object, js_name = "StackTable")]
+pub struct JsStackTable<'env> {
     /// Index into `profile.frames`.
     pub frame: Uint32ArraySlice<'env>,
     /// Parent node, or -1.
@@ -57,8 +57,8 @@ pub struct StackTable<'env> {
 }
 
 /// Distinct frames.
-#[napi(object)]
-pub struct FrameTable<'env> {
+#[napi(object, js_name = "FrameTable")]
+pub struct JsFrameTable<'env> {
     /// Instruction address. The leaf frame of a stack is the interrupted
     /// pc; the others are return addresses (one past the call).
     pub address: BigUint64ArraySlice<'env>,
@@ -66,8 +66,8 @@ pub struct FrameTable<'env> {
 
 /// A module (executable or shared library) loaded when the profile was
 /// taken; enough to symbolize the profile later from the files.
-#[napi(object)]
-pub struct ModuleInfo {
+#[napi(object, js_name = "ModuleInfo")]
+pub struct JsModuleInfo {
     /// Path of the file.
     pub path: String,
     /// First address of its image in the process.
@@ -81,8 +81,8 @@ pub struct ModuleInfo {
 }
 
 /// Where a profile was recorded.
-#[napi(object)]
-pub struct ProfileMeta {
+#[napi(object, js_name = "ProfileMeta")]
+pub struct JsProfileMeta {
     /// `linux` or `darwin`.
     pub platform: String,
     /// `x86_64` or `aarch64`.
@@ -92,8 +92,8 @@ pub struct ProfileMeta {
 }
 
 /// Functions, one column per field; index `i` of each is function `i`.
-#[napi(object)]
-pub struct FunctionTable<'env> {
+#[napi(object, js_name = "FunctionTable")]
+pub struct JsFunctionTable<'env> {
     /// Demangled name; `0x…` for an address nothing resolved.
     pub name: Vec<String>,
     /// Index into `profile.modules`, or -1.
@@ -107,27 +107,27 @@ pub struct FunctionTable<'env> {
 }
 
 /// Names for the frames of a profile (see {@link symbolicate}).
-#[napi(object)]
-pub struct SymbolTable<'env> {
+#[napi(object, js_name = "SymbolTable")]
+pub struct JsSymbolTable<'env> {
     /// For each frame of `profile.frames`, its function.
     pub frame_function: Uint32ArraySlice<'env>,
     /// For each frame, its source line, or 0.
     pub frame_line: Uint32ArraySlice<'env>,
-    pub functions: FunctionTable<'env>,
+    pub functions: JsFunctionTable<'env>,
 }
 
 /// A recorded profile, as columnar typed arrays.
-#[napi(object)]
-pub struct Profile<'env> {
+#[napi(object, js_name = "Profile")]
+pub struct JsProfile<'env> {
     /// Layout version of this object (currently 1).
     pub version: u32,
-    pub meta: ProfileMeta,
-    pub threads: Vec<ThreadInfo>,
-    pub samples: SampleTable<'env>,
-    pub stacks: StackTable<'env>,
-    pub frames: FrameTable<'env>,
+    pub meta: JsProfileMeta,
+    pub threads: Vec<JsThreadInfo>,
+    pub samples: JsSampleTable<'env>,
+    pub stacks: JsStackTable<'env>,
+    pub frames: JsFrameTable<'env>,
     /// Modules loaded at `stop()`, for symbolization.
-    pub modules: Vec<ModuleInfo>,
+    pub modules: Vec<JsModuleInfo>,
     /// Session start, monotonic clock, nanoseconds.
     pub start_time_ns: BigInt,
     /// Session end, monotonic clock, nanoseconds.
@@ -137,22 +137,23 @@ pub struct Profile<'env> {
     /// Wall-clock time of `startTimeNs`, in milliseconds since the Unix epoch.
     pub start_wall_time_ms: f64,
     /// Statistics of the whole session.
-    pub stats: Stats,
+    #[napi(ts_type = "Stats")]
+    pub stats: JsStats,
     /// Function names, once the profile has been symbolicated.
-    pub symbols: Option<SymbolTable<'env>>,
+    pub symbols: Option<JsSymbolTable<'env>>,
     /// Names of JavaScript frames, from V8: a frame address with the top
     /// bit set (`>= 2n ** 63n`) is a JS function, and its low 32 bits index
     /// this list. Names read `functionName (url:line:column)`.
     pub js_names: Vec<String>,
 }
 
-impl<'env> SymbolTable<'env> {
+impl<'env> JsSymbolTable<'env> {
     pub fn from_symbols(env: &'env Env, s: &Symbols) -> napi::Result<Self> {
         let f = &s.functions;
-        Ok(SymbolTable {
+        Ok(JsSymbolTable {
             frame_function: Uint32ArraySlice::copy_from(env, &s.frame_function)?,
             frame_line: Uint32ArraySlice::copy_from(env, &s.frame_line)?,
-            functions: FunctionTable {
+            functions: JsFunctionTable {
                 name: f.iter().map(|f| f.name.clone()).collect(),
                 module: Int32ArraySlice::copy_from(env, f.iter().map(|f| f.module).collect::<Vec<_>>())?,
                 file: f.iter().map(|f| f.file.clone()).collect(),
@@ -163,32 +164,32 @@ impl<'env> SymbolTable<'env> {
     }
 }
 
-impl<'env> Profile<'env> {
+impl<'env> JsProfile<'env> {
     pub fn from_data(env: &'env Env, d: &ProfileData) -> napi::Result<Self> {
-        Ok(Profile {
+        Ok(JsProfile {
             version: PROFILE_VERSION,
-            meta: ProfileMeta { platform: d.meta.platform.clone(), arch: d.meta.arch.clone(), pid: d.meta.pid },
+            meta: JsProfileMeta { platform: d.meta.platform.clone(), arch: d.meta.arch.clone(), pid: d.meta.pid },
             threads: d
                 .threads
                 .iter()
-                .map(|t| ThreadInfo { tid: t.tid as f64, name: t.name.clone(), is_main: t.is_main })
+                .map(|t| JsThreadInfo { tid: t.tid as f64, name: t.name.clone(), is_main: t.is_main })
                 .collect(),
-            samples: SampleTable {
+            samples: JsSampleTable {
                 thread: Uint32ArraySlice::copy_from(env, &d.sample_thread)?,
                 time_ns: BigUint64ArraySlice::copy_from(env, &d.sample_time_ns)?,
                 stack: Uint32ArraySlice::copy_from(env, &d.sample_stack)?,
                 idle: Uint8ArraySlice::copy_from(env, &d.sample_idle)?,
                 cpu_delta_ns: BigUint64ArraySlice::copy_from(env, &d.sample_cpu_delta_ns)?,
             },
-            stacks: StackTable {
+            stacks: JsStackTable {
                 frame: Uint32ArraySlice::copy_from(env, &d.stack_frame)?,
                 parent: Int32ArraySlice::copy_from(env, &d.stack_parent)?,
             },
-            frames: FrameTable { address: BigUint64ArraySlice::copy_from(env, &d.frame_address)? },
+            frames: JsFrameTable { address: BigUint64ArraySlice::copy_from(env, &d.frame_address)? },
             modules: d
                 .modules
                 .iter()
-                .map(|m| ModuleInfo {
+                .map(|m| JsModuleInfo {
                     path: m.path.clone(),
                     start: BigInt::from(m.start),
                     end: BigInt::from(m.end),
@@ -200,8 +201,8 @@ impl<'env> Profile<'env> {
             end_time_ns: BigInt::from(d.end_ns),
             interval_ns: BigInt::from(d.interval_ns),
             start_wall_time_ms: d.start_wall_ms,
-            stats: Stats::from(&d.stats),
-            symbols: d.symbols.as_ref().map(|s| SymbolTable::from_symbols(env, s)).transpose()?,
+            stats: JsStats::from(&d.stats),
+            symbols: d.symbols.as_ref().map(|s| JsSymbolTable::from_symbols(env, s)).transpose()?,
             js_names: d.js_names.clone(),
         })
     }
@@ -210,9 +211,7 @@ impl<'env> Profile<'env> {
 // ---------------------------------------------------------------------------
 // JS -> Rust, checking everything.
 
-type InResult<T> = std::result::Result<T, napi::Error<&'static str>>;
-
-fn object_at(parent: &Object, key: &str, path: &str) -> InResult<Object<'static>> {
+fn object_at(parent: &Object, key: &str, path: &str) -> JsResult<Object<'static>> {
     let v: Unknown = parent.get_named_property(key).map_err(napi_fail)?;
     if v.get_type().map_err(napi_fail)? != ValueType::Object {
         return Err(einval(format!("{path}.{key} must be an object")));
@@ -224,7 +223,7 @@ fn object_at(parent: &Object, key: &str, path: &str) -> InResult<Object<'static>
 
 macro_rules! typed_column {
     ($name:ident, $arr:ty, $elem:ty, $what:literal) => {
-        fn $name(parent: &Object, key: &str, path: &str) -> InResult<Vec<$elem>> {
+        fn $name(parent: &Object, key: &str, path: &str) -> JsResult<Vec<$elem>> {
             let v: Unknown = parent.get_named_property(key).map_err(napi_fail)?;
             let arr: $arr = <$arr as FromNapiValue>::from_unknown(v)
                 .map_err(|_| einval(format!("{path}.{key} must be a {}", $what)))?;
@@ -237,7 +236,7 @@ typed_column!(i32_column, Int32Array, i32, "Int32Array");
 typed_column!(u8_column, Uint8Array, u8, "Uint8Array");
 typed_column!(u64_column, BigUint64Array, u64, "BigUint64Array");
 
-fn bigint_u64(v: Unknown, what: &str) -> InResult<u64> {
+fn bigint_u64(v: Unknown, what: &str) -> JsResult<u64> {
     if v.get_type().map_err(napi_fail)? != ValueType::BigInt {
         return Err(einval(format!("{what} must be a bigint")));
     }
@@ -250,7 +249,7 @@ fn bigint_u64(v: Unknown, what: &str) -> InResult<u64> {
     Ok(value)
 }
 
-fn number(obj: &Object, key: &str, path: &str) -> InResult<f64> {
+fn number(obj: &Object, key: &str, path: &str) -> JsResult<f64> {
     let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
     if v.get_type().map_err(napi_fail)? != ValueType::Number {
         return Err(einval(format!("{path}.{key} must be a number")));
@@ -259,7 +258,7 @@ fn number(obj: &Object, key: &str, path: &str) -> InResult<f64> {
     unsafe { v.cast::<f64>() }.map_err(napi_fail)
 }
 
-fn string(obj: &Object, key: &str, path: &str) -> InResult<String> {
+fn string(obj: &Object, key: &str, path: &str) -> JsResult<String> {
     let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
     if v.get_type().map_err(napi_fail)? != ValueType::String {
         return Err(einval(format!("{path}.{key} must be a string")));
@@ -268,7 +267,7 @@ fn string(obj: &Object, key: &str, path: &str) -> InResult<String> {
     unsafe { v.cast::<String>() }.map_err(napi_fail)
 }
 
-fn array_of(obj: &Object, key: &str, path: &str) -> InResult<Vec<Object<'static>>> {
+fn array_of(obj: &Object, key: &str, path: &str) -> JsResult<Vec<Object<'static>>> {
     let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
     let is_array = v.get_type().map_err(napi_fail)? == ValueType::Object && v.is_array().unwrap_or(false);
     if !is_array {
@@ -289,13 +288,13 @@ fn array_of(obj: &Object, key: &str, path: &str) -> InResult<Vec<Object<'static>
         .collect()
 }
 
-fn string_array(obj: &Object, key: &str, path: &str) -> InResult<Vec<String>> {
+fn string_array(obj: &Object, key: &str, path: &str) -> JsResult<Vec<String>> {
     let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
     Vec::<String>::from_unknown(v).map_err(|_| einval(format!("{path}.{key} must be an array of strings")))
 }
 
 /// An array of strings, or [] when the property is absent.
-fn optional_string_array(obj: &Object, key: &str, path: &str) -> InResult<Vec<String>> {
+fn optional_string_array(obj: &Object, key: &str, path: &str) -> JsResult<Vec<String>> {
     let v: Unknown = obj.get_named_property(key).map_err(napi_fail)?;
     if v.get_type().map_err(napi_fail)? == ValueType::Undefined {
         return Ok(Vec::new());
@@ -303,7 +302,7 @@ fn optional_string_array(obj: &Object, key: &str, path: &str) -> InResult<Vec<St
     string_array(obj, key, path)
 }
 
-fn symbols_from_js(obj: &Object) -> InResult<Symbols> {
+fn symbols_from_js(obj: &Object) -> JsResult<Symbols> {
     let p = "profile.symbols";
     let fns = object_at(obj, "functions", p)?;
     let fp = "profile.symbols.functions";
@@ -331,11 +330,11 @@ fn symbols_from_js(obj: &Object) -> InResult<Symbols> {
     })
 }
 
-fn stats_from_js(obj: &Object) -> InResult<StatsSnapshot> {
+fn stats_from_js(obj: &Object) -> JsResult<StatsSnapshot> {
     let mut stats = StatsSnapshot::default();
     for (key, field) in stats.fields_mut() {
         *field = obj
-            .get_named_property::<Unknown>(key)
+            .get_named_property::<Unknown>(&crate::profile::stat_key(key))
             .ok()
             .filter(|v| v.get_type().ok() == Some(ValueType::Number))
             // SAFETY: the type was just checked to be Number.
@@ -348,7 +347,7 @@ fn stats_from_js(obj: &Object) -> InResult<StatsSnapshot> {
 }
 
 /// Reads a `Profile` object back into `ProfileData`, validating it.
-pub fn profile_from_js(value: Unknown) -> InResult<ProfileData> {
+pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
     if value.get_type().map_err(napi_fail)? != ValueType::Object {
         return Err(einval("profile must be an object returned by stop() or loadProfile()"));
     }
@@ -377,7 +376,7 @@ pub fn profile_from_js(value: Unknown) -> InResult<ProfileData> {
                     && unsafe { is_main.cast::<bool>() }.unwrap_or(false),
             })
         })
-        .collect::<InResult<Vec<_>>>()?;
+        .collect::<JsResult<Vec<_>>>()?;
     let modules = array_of(&obj, "modules", p)?
         .iter()
         .enumerate()
@@ -392,7 +391,7 @@ pub fn profile_from_js(value: Unknown) -> InResult<ProfileData> {
                 build_id: string(m, "buildId", &mp)?,
             })
         })
-        .collect::<InResult<Vec<_>>>()?;
+        .collect::<JsResult<Vec<_>>>()?;
     let symbols_value: Unknown = obj.get_named_property("symbols").map_err(napi_fail)?;
     let symbols = match symbols_value.get_type().map_err(napi_fail)? {
         ValueType::Undefined | ValueType::Null => None,

@@ -11,13 +11,12 @@ use napi::bindgen_prelude::*;
 use napi::{Env, JsValue, KeyCollectionMode, KeyConversion, KeyFilter, ValueType};
 use napi_derive::napi;
 
-use super::profile::{profile_from_js, Profile};
-use super::{einval, js_error, napi_fail};
-use crate::core::options::SamplerOptions;
+use super::profile::{profile_from_js, JsProfile};
+use super::{einval, js_error, napi_fail, JsResult, JsStats};
 use crate::formats::report::{self, ReportOptions, SortBy};
-use crate::formats::{machprof, ExportOptions as Opts, Format};
-
-type JsResult<T> = std::result::Result<T, napi::Error<&'static str>>;
+use crate::formats::{machprof, ExportOptions, Format};
+use crate::profile::ProfileData;
+use crate::sampler::options::SamplerOptions;
 
 fn type_of(v: &Unknown) -> JsResult<ValueType> {
     v.get_type().map_err(napi_fail)
@@ -29,7 +28,7 @@ fn kind(ty: ValueType) -> String {
 
 /// The own enumerable string-keyed properties of an options object, or
 /// none for `undefined`. Anything else is an EINVAL naming `what`.
-fn entries<'a>(v: Unknown<'a>, what: &str) -> JsResult<Vec<(String, Unknown<'a>)>> {
+pub(crate) fn entries<'a>(v: Unknown<'a>, what: &str) -> JsResult<Vec<(String, Unknown<'a>)>> {
     match type_of(&v)? {
         ValueType::Undefined => return Ok(Vec::new()),
         ValueType::Object if !v.is_array().unwrap_or(false) => {}
@@ -57,7 +56,7 @@ fn entries<'a>(v: Unknown<'a>, what: &str) -> JsResult<Vec<(String, Unknown<'a>)
     Ok(out)
 }
 
-fn boolean(v: &Unknown, what: &str) -> JsResult<bool> {
+pub(crate) fn boolean(v: &Unknown, what: &str) -> JsResult<bool> {
     match type_of(v)? {
         // SAFETY: the type was just checked to be Boolean.
         ValueType::Boolean => unsafe { v.cast::<bool>() }.map_err(napi_fail),
@@ -65,7 +64,7 @@ fn boolean(v: &Unknown, what: &str) -> JsResult<bool> {
     }
 }
 
-fn string(v: &Unknown, what: &str) -> Result<String, &'static str> {
+fn string(v: &Unknown, what: &str) -> JsResult<String> {
     match type_of(v)? {
         // SAFETY: the type was just checked to be String.
         ValueType::String => unsafe { v.cast::<String>() }.map_err(napi_fail),
@@ -88,8 +87,8 @@ fn parse_format(name: &str) -> JsResult<Format> {
 const EXPORT_KEYS: &str = "format, includeIdle, threadPrefix, compress";
 
 /// Export options; `format` is accepted only where the caller allows it.
-fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, Opts)> {
-    let mut opts = Opts::default();
+fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, ExportOptions)> {
+    let mut opts = ExportOptions::default();
     let mut format = None;
     for (key, val) in entries(v, "options")? {
         let what = format!("options.{key}");
@@ -124,8 +123,8 @@ fn io_error(e: &io::Error, verb: &str, path: &str) -> napi::Error<&'static str> 
 /// is optional.
 // Only its type is used (for the .d.ts): the functions validate by hand.
 #[allow(dead_code)]
-#[napi(object)]
-pub struct ExportOptions {
+#[napi(object, js_name = "ExportOptions")]
+pub struct JsExportOptions {
     /// saveProfile only: the format, overriding the file name's extension.
     pub format: Option<String>,
     /// Keep idle samples in collapsed stacks and flame graphs (default
@@ -173,20 +172,14 @@ pub fn export_profile<'env>(
 ///   be written (nothing is left behind).
 #[napi(ts_args_type = "profile: Profile, path: string, options?: string | ExportOptions", ts_return_type = "string")]
 pub fn save_profile(profile: Unknown, path: Unknown, options: Unknown) -> Result<String, &'static str> {
-    let path = string(&path, "path")?;
-    let (format, opts) = if type_of(&options)? == ValueType::String {
-        (Some(parse_format(&string(&options, "format")?)?), Opts::default())
+    let save = if type_of(&options)? == ValueType::String {
+        let format = parse_format(&string(&options, "format")?)?;
+        SaveRequest { path: string(&path, "path")?, format, options: ExportOptions::default() }
     } else {
-        export_options(options, true)?
+        SaveRequest::parse(&path, "path", Some(options))?
     };
-    let format = match format {
-        Some(f) => f,
-        None => format_of(&path)?,
-    };
-    let data = profile_from_js(profile)?;
-    let bytes = crate::formats::export_with(&data, format, &opts).map_err(einval)?;
-    crate::formats::write_atomic(Path::new(&path), &bytes).map_err(|e| io_error(&e, "write", &path))?;
-    Ok(format.name().to_string())
+    save.write(&profile_from_js(profile)?)?;
+    Ok(save.format.name().to_string())
 }
 
 fn format_of(path: &str) -> JsResult<Format> {
@@ -205,22 +198,25 @@ fn format_of(path: &str) -> JsResult<Format> {
 ///   `EINVAL` if it is not a machsampler profile, is truncated or corrupt,
 ///   or has a format version this machsampler does not read.
 #[napi(ts_args_type = "path: string", ts_return_type = "Profile")]
-pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<Profile<'env>, &'static str> {
-    let path = string(&path, "path")?;
-    if Path::new(&path).is_dir() {
+pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<JsProfile<'env>, &'static str> {
+    let data = read_machprof(&string(&path, "path")?)?;
+    JsProfile::from_data(env, &data).map_err(napi_fail)
+}
+
+fn read_machprof(path: &str) -> JsResult<ProfileData> {
+    if Path::new(path).is_dir() {
         return Err(napi::Error::new("EISDIR", format!("cannot read '{path}': is a directory")));
     }
-    let bytes = std::fs::read(&path).map_err(|e| io_error(&e, "read", &path))?;
-    let data = machprof::decode(&bytes).map_err(|e| {
-        let hint = match Format::from_path(&path) {
+    let bytes = std::fs::read(path).map_err(|e| io_error(&e, "read", path))?;
+    machprof::decode(&bytes).map_err(|e| {
+        let hint = match Format::from_path(path) {
             Some(f) if f != Format::Machprof && !machprof::looks_like(&bytes) => {
                 format!(" (its name says {}; only .machprof files can be read back)", f.name())
             }
             _ => String::new(),
         };
         einval(format!("cannot load '{path}': {e}{hint}"))
-    })?;
-    Profile::from_data(env, &data).map_err(napi_fail)
+    })
 }
 
 /// The format a file name implies by its extension: `.machprof`,
@@ -231,6 +227,33 @@ pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<Profile<'env>
 #[napi(ts_args_type = "path: string", ts_return_type = "string")]
 pub fn format_from_path(path: Unknown) -> Result<String, &'static str> {
     Ok(format_of(&string(&path, "path")?)?.name().to_string())
+}
+
+/// One output format, as {@link formats} lists it.
+#[napi(object, js_name = "FormatInfo")]
+pub struct JsFormatInfo {
+    /// The name `--format` and the `format` options take.
+    pub name: String,
+    /// File-name endings that imply it, the usual one first.
+    pub extensions: Vec<String>,
+    /// Other accepted names.
+    pub aliases: Vec<String>,
+    /// What it is and what opens it.
+    pub description: String,
+}
+
+/// Every output format, in the order help texts list them.
+#[napi]
+pub fn formats() -> Vec<JsFormatInfo> {
+    Format::ALL
+        .into_iter()
+        .map(|f| JsFormatInfo {
+            name: f.name().to_string(),
+            extensions: f.extensions_of().into_iter().map(String::from).collect(),
+            aliases: f.aliases().iter().map(|a| a.to_string()).collect(),
+            description: f.description().to_string(),
+        })
+        .collect()
 }
 
 /// The canonical name of a format name or alias (`flamegraph` is `html`),
@@ -260,8 +283,8 @@ pub struct JsReportOptions {
 }
 
 /// A thread in a {@link ProfileReport}.
-#[napi(object)]
-pub struct ReportThread {
+#[napi(object, js_name = "ReportThread")]
+pub struct JsReportThread {
     pub tid: f64,
     pub name: String,
     pub is_main: bool,
@@ -272,8 +295,8 @@ pub struct ReportThread {
 }
 
 /// A function in a {@link ProfileReport}.
-#[napi(object)]
-pub struct ReportFunction {
+#[napi(object, js_name = "ReportFunction")]
+pub struct JsReportFunction {
     pub name: String,
     /// File name of its module, or "".
     pub module: String,
@@ -290,16 +313,16 @@ pub struct ReportFunction {
 }
 
 /// A call path in a {@link ProfileReport}.
-#[napi(object)]
-pub struct ReportPath {
+#[napi(object, js_name = "ReportPath")]
+pub struct JsReportPath {
     /// Function names, root first.
     pub frames: Vec<String>,
     pub samples: f64,
 }
 
 /// Hot functions and paths of a profile (see {@link profileReport}).
-#[napi(object)]
-pub struct ProfileReport {
+#[napi(object, js_name = "ProfileReport")]
+pub struct JsProfileReport {
     /// Samples counted: the selected threads, idle ones only if asked for.
     pub samples: f64,
     /// Idle samples of the selected threads that were not counted.
@@ -309,14 +332,102 @@ pub struct ProfileReport {
     /// Length of the session, nanoseconds.
     pub duration_ns: f64,
     /// The selected threads, busiest first.
-    pub threads: Vec<ReportThread>,
+    pub threads: Vec<JsReportThread>,
     /// The top functions, sorted by `options.by`.
-    pub functions: Vec<ReportFunction>,
+    pub functions: Vec<JsReportFunction>,
     /// The top call paths (function-level stacks), by samples.
-    pub paths: Vec<ReportPath>,
+    pub paths: Vec<JsReportPath>,
 }
 
 const REPORT_KEYS: &str = "thread, top, by, includeIdle";
+
+/// Report options read from JS; `thread` owned, since `ReportOptions`
+/// borrows it.
+struct ReportRequest {
+    thread: Option<String>,
+    top: usize,
+    by: SortBy,
+    include_idle: bool,
+}
+
+impl ReportRequest {
+    fn parse(options: Unknown) -> JsResult<Self> {
+        let d = ReportOptions::default();
+        let mut r = ReportRequest { thread: None, top: d.top, by: d.by, include_idle: d.include_idle };
+        for (key, val) in entries(options, "options")? {
+            let what = format!("options.{key}");
+            match key.as_str() {
+                "thread" => {
+                    r.thread = Some(match type_of(&val)? {
+                        ValueType::Number => number(&val, &what)?.to_string(),
+                        _ => string(&val, &what)?,
+                    })
+                }
+                "top" => {
+                    let n = number(&val, &what)?;
+                    if !(n.fract() == 0.0 && (1.0..=100_000.0).contains(&n)) {
+                        return Err(einval(format!("{what} must be an integer from 1 to 100000, got {n}")));
+                    }
+                    r.top = n as usize;
+                }
+                "by" => {
+                    let by = string(&val, &what)?;
+                    r.by = SortBy::parse(&by)
+                        .ok_or_else(|| einval(format!("{what} must be 'self' or 'total', got '{by}'")))?;
+                }
+                "includeIdle" => r.include_idle = boolean(&val, &what)?,
+                _ => return Err(einval(format!("unknown option '{key}'; valid options are {REPORT_KEYS}"))),
+            }
+        }
+        Ok(r)
+    }
+
+    fn run(&self, data: &ProfileData) -> JsResult<JsProfileReport> {
+        let opts = ReportOptions {
+            thread: self.thread.as_deref(),
+            top: self.top,
+            by: self.by,
+            include_idle: self.include_idle,
+        };
+        report::report(data, &opts).map(JsProfileReport::from).map_err(einval)
+    }
+}
+
+impl From<report::Report> for JsProfileReport {
+    fn from(r: report::Report) -> Self {
+        JsProfileReport {
+            samples: r.samples as f64,
+            idle_left_out: r.idle_left_out as f64,
+            interval_ns: r.interval_ns as f64,
+            duration_ns: r.duration_ns as f64,
+            threads: r
+                .threads
+                .into_iter()
+                .map(|t| JsReportThread {
+                    tid: t.tid as f64,
+                    name: t.name,
+                    is_main: t.is_main,
+                    samples: t.samples as f64,
+                    idle: t.idle as f64,
+                })
+                .collect(),
+            functions: r
+                .functions
+                .into_iter()
+                .map(|f| JsReportFunction {
+                    name: f.name,
+                    module: f.module,
+                    file: f.file,
+                    line: f.line,
+                    kind: f.kind.to_string(),
+                    self_samples: f.self_samples as f64,
+                    total_samples: f.total_samples as f64,
+                })
+                .collect(),
+            paths: r.paths.into_iter().map(|p| JsReportPath { frames: p.frames, samples: p.samples as f64 }).collect(),
+        }
+    }
+}
 
 /// Hot functions (by self or total samples) and hot call paths, for all
 /// threads or the ones `options.thread` names. Names come from
@@ -326,68 +437,172 @@ const REPORT_KEYS: &str = "thread, top, by, includeIdle";
 /// @throws `EINVAL` for a bad option, a thread that does not exist (the
 ///   message lists the threads), or an invalid profile.
 #[napi(ts_args_type = "profile: Profile, options?: ReportOptions", ts_return_type = "ProfileReport")]
-pub fn profile_report(profile: Unknown, options: Unknown) -> Result<ProfileReport, &'static str> {
-    let mut opts = ReportOptions::default();
-    let mut thread = None;
-    for (key, val) in entries(options, "options")? {
-        let what = format!("options.{key}");
-        match key.as_str() {
-            "thread" => {
-                thread = Some(match type_of(&val)? {
-                    ValueType::Number => number(&val, &what)?.to_string(),
-                    _ => string(&val, &what)?,
-                })
+pub fn profile_report(profile: Unknown, options: Unknown) -> Result<JsProfileReport, &'static str> {
+    let request = ReportRequest::parse(options)?;
+    request.run(&profile_from_js(profile)?)
+}
+
+/// Where to write a profile: a path and a format, with its options.
+pub(crate) struct SaveRequest {
+    pub path: String,
+    pub format: Format,
+    pub options: ExportOptions,
+}
+
+impl SaveRequest {
+    /// Reads `output` (a path) and the export options in `options`, which
+    /// may name a `format`; without one, the path's extension decides.
+    pub fn parse(output: &Unknown, what: &str, options: Option<Unknown>) -> JsResult<Self> {
+        let path = string(output, what)?;
+        let (format, options) = match options {
+            Some(o) => export_options(o, true)?,
+            None => (None, ExportOptions::default()),
+        };
+        let format = match format {
+            Some(f) => f,
+            None => format_of(&path)?,
+        };
+        Ok(SaveRequest { path, format, options })
+    }
+
+    pub fn write(&self, data: &ProfileData) -> JsResult<()> {
+        let bytes = crate::formats::export_with(data, self.format, &self.options).map_err(einval)?;
+        crate::formats::write_atomic(Path::new(&self.path), &bytes).map_err(|e| io_error(&e, "write", &self.path))
+    }
+}
+
+/// A profile file at a glance: what `machsampler report` and `record`
+/// print above their tables.
+#[napi(object, js_name = "ProfileSummary")]
+pub struct JsProfileSummary {
+    pub platform: String,
+    pub arch: String,
+    pub pid: u32,
+    /// Length of the session, nanoseconds.
+    pub duration_ns: f64,
+    /// Sampling interval, nanoseconds.
+    pub interval_ns: f64,
+    /// Samples stored, idle ones included.
+    pub samples: f64,
+    /// Of those, samples of idle threads.
+    pub idle_samples: f64,
+    /// Threads with at least one sample.
+    pub threads_sampled: u32,
+    /// Threads the sampler saw.
+    pub threads_seen: u32,
+    /// Whether the profile carries function names.
+    pub symbolicated: bool,
+    #[napi(ts_type = "Stats")]
+    pub stats: JsStats,
+}
+
+impl JsProfileSummary {
+    pub fn of(d: &ProfileData) -> Self {
+        let mut sampled = vec![false; d.threads.len()];
+        for &t in &d.sample_thread {
+            if let Some(s) = sampled.get_mut(t as usize) {
+                *s = true;
             }
-            "top" => {
-                let n = number(&val, &what)?;
-                if !(n.fract() == 0.0 && (1.0..=100_000.0).contains(&n)) {
-                    return Err(einval(format!("{what} must be an integer from 1 to 100000, got {n}")));
-                }
-                opts.top = n as usize;
-            }
-            "by" => {
-                let by = string(&val, &what)?;
-                opts.by = SortBy::parse(&by)
-                    .ok_or_else(|| einval(format!("{what} must be 'self' or 'total', got '{by}'")))?;
-            }
-            "includeIdle" => opts.include_idle = boolean(&val, &what)?,
-            _ => return Err(einval(format!("unknown option '{key}'; valid options are {REPORT_KEYS}"))),
+        }
+        JsProfileSummary {
+            platform: d.meta.platform.clone(),
+            arch: d.meta.arch.clone(),
+            pid: d.meta.pid,
+            duration_ns: d.end_ns.saturating_sub(d.start_ns) as f64,
+            interval_ns: d.interval_ns as f64,
+            samples: d.sample_count() as f64,
+            idle_samples: d.sample_idle.iter().filter(|&&i| i != 0).count() as f64,
+            threads_sampled: sampled.iter().filter(|&&s| s).count() as u32,
+            threads_seen: d.threads.len() as u32,
+            symbolicated: d.symbols.is_some(),
+            stats: JsStats::from(&d.stats),
         }
     }
-    opts.thread = thread.as_deref();
-    let data = profile_from_js(profile)?;
-    let r = report::report(&data, &opts).map_err(einval)?;
-    Ok(ProfileReport {
-        samples: r.samples as f64,
-        idle_left_out: r.idle_left_out as f64,
-        interval_ns: r.interval_ns as f64,
-        duration_ns: r.duration_ns as f64,
-        threads: r
-            .threads
-            .into_iter()
-            .map(|t| ReportThread {
-                tid: t.tid as f64,
-                name: t.name,
-                is_main: t.is_main,
-                samples: t.samples as f64,
-                idle: t.idle as f64,
-            })
-            .collect(),
-        functions: r
-            .functions
-            .into_iter()
-            .map(|f| ReportFunction {
-                name: f.name,
-                module: f.module,
-                file: f.file,
-                line: f.line,
-                kind: f.kind.to_string(),
-                self_samples: f.self_samples as f64,
-                total_samples: f.total_samples as f64,
-            })
-            .collect(),
-        paths: r.paths.into_iter().map(|p| ReportPath { frames: p.frames, samples: p.samples as f64 }).collect(),
+}
+
+/// What {@link processProfileFile} did.
+#[napi(object, js_name = "ProcessedProfile")]
+pub struct JsProcessedProfile {
+    pub summary: JsProfileSummary,
+    /// The format written to `job.output`, if any.
+    pub format: Option<String>,
+    /// One report per entry of `job.reports`.
+    pub reports: Vec<JsProfileReport>,
+}
+
+const JOB_KEYS: &str = "symbolicate, output, save, reports";
+
+/// Reads a `.machprof` file and, in one call, names its frames, writes it
+/// in another format and computes reports: what `machsampler record`,
+/// `report` and `convert` do with a profile, without moving it through
+/// JavaScript. `job.symbolicate` names the frames when the profile has no
+/// names yet and was recorded on this platform (the module files may still
+/// be there; names that cannot be found stay addresses). `job.output` is
+/// the file to write, `job.save` its export options (`format` included);
+/// `job.reports` a list of report options.
+///
+/// @throws as {@link loadProfile}, {@link saveProfile} and
+///   {@link profileReport} do; nothing is written unless every option is
+///   valid.
+#[napi(ts_args_type = "input: string, job?: ProfileJob", ts_return_type = "ProcessedProfile")]
+pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedProfile, &'static str> {
+    let input = string(&input, "input")?;
+    let mut symbolicate = false;
+    let mut output = None;
+    let mut save = None;
+    let mut reports = Vec::new();
+    for (key, val) in entries(job, "job")? {
+        let what = format!("job.{key}");
+        match key.as_str() {
+            "symbolicate" => symbolicate = boolean(&val, &what)?,
+            "output" => output = Some(val),
+            "save" => save = Some(val),
+            "reports" => {
+                if !val.is_array().unwrap_or(false) {
+                    return Err(einval(format!("{what} must be an array of report options")));
+                }
+                // SAFETY: checked to be an array just above.
+                let list: Array = unsafe { val.cast() }.map_err(napi_fail)?;
+                for i in 0..list.get_array_length().map_err(napi_fail)? {
+                    reports.push(ReportRequest::parse(list.get_element::<Unknown>(i).map_err(napi_fail)?)?);
+                }
+            }
+            _ => return Err(einval(format!("unknown option '{key}'; valid options are {JOB_KEYS}"))),
+        }
+    }
+    let save = match (output, save) {
+        (Some(o), save) => Some(SaveRequest::parse(&o, "job.output", save)?),
+        (None, Some(_)) => return Err(einval("job.save needs job.output")),
+        (None, None) => None,
+    };
+    let mut data = read_machprof(&input)?;
+    if symbolicate && data.symbols.is_none() && data.meta.platform == crate::profile::Meta::current().platform {
+        data.symbols = Some(crate::symbols::symbolicate(&data, &Default::default()));
+    }
+    if let Some(s) = &save {
+        s.write(&data)?;
+    }
+    let reports = reports.iter().map(|r| r.run(&data)).collect::<JsResult<Vec<_>>>()?;
+    Ok(JsProcessedProfile {
+        summary: JsProfileSummary::of(&data),
+        format: save.map(|s| s.format.name().to_string()),
+        reports,
     })
+}
+
+/// Options for {@link processProfileFile}. Every field is optional.
+// Only its type is used (for the .d.ts): the function validates by hand.
+#[allow(dead_code)]
+#[napi(object, js_name = "ProfileJob")]
+pub struct JsProfileJob {
+    /// Name the frames if the profile has no names yet.
+    pub symbolicate: Option<bool>,
+    /// Also write the profile here (format by extension, or `save.format`).
+    pub output: Option<String>,
+    /// Export options for `output`.
+    pub save: Option<JsExportOptions>,
+    /// Reports to compute.
+    pub reports: Option<Vec<JsReportOptions>>,
 }
 
 /// Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,

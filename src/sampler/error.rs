@@ -1,5 +1,5 @@
-//! Errors the sampler reports, with the errno-style codes of the seed
-//! contract. The JS binding turns each into an `Error` whose `code` is the
+//! Errors the sampler reports, with errno-style codes (EINVAL, EAGAIN,
+//! ESRCH, ...). The JS binding turns each into an `Error` whose `code` is the
 //! code's name.
 
 use std::fmt;

@@ -16,8 +16,9 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 const OWNER_SLOTS: usize = 64;
 static OWNERS: [AtomicU64; OWNER_SLOTS] = [const { AtomicU64::new(0) }; OWNER_SLOTS];
-/// Test-only fault injection: allocate inside the window, to prove the check
-/// fires.
+/// Fault injection (test builds only): allocate inside the window, to prove
+/// the check fires.
+#[cfg(any(test, feature = "testing"))]
 static INJECT_ALLOCATION: AtomicBool = AtomicBool::new(false);
 
 pub fn set_enabled(on: bool) {
@@ -28,38 +29,22 @@ pub fn is_enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub fn set_inject_allocation(on: bool) {
     INJECT_ALLOCATION.store(on, Ordering::SeqCst);
 }
 
-/// Reads `MACHSAMPLER_ALLOC_CHECK=1` (turn the check on) and
-/// `MACHSAMPLER_FAULT_INJECTION=alloc-in-window` (allocate inside the window,
-/// so a test can prove the check fires) once per `start()`, outside any
-/// window.
+/// Reads `MACHSAMPLER_ALLOC_CHECK=1` (turn the check on) once per
+/// `start()`, outside any window. Test builds also read
+/// `MACHSAMPLER_FAULT_INJECTION=alloc-in-window` (allocate inside the
+/// window, so a test can prove the check fires).
 pub fn enable_from_env() {
     if std::env::var_os("MACHSAMPLER_ALLOC_CHECK").is_some_and(|v| v == "1") {
         set_enabled(true);
     }
+    #[cfg(any(test, feature = "testing"))]
     if std::env::var_os("MACHSAMPLER_FAULT_INJECTION").is_some_and(|v| v == "alloc-in-window") {
         set_inject_allocation(true);
-    }
-}
-
-/// The calling thread's OS id, without allocating or locking.
-#[inline]
-pub fn current_thread_id() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid takes no arguments and cannot fail.
-        unsafe { libc::syscall(libc::SYS_gettid) as u64 }
-    }
-    #[cfg(target_vendor = "apple")]
-    {
-        let mut tid = 0u64;
-        // SAFETY: a null thread means the calling thread; `tid` is a valid
-        // out-pointer.
-        unsafe { libc::pthread_threadid_np(0 as libc::pthread_t, &mut tid) };
-        tid
     }
 }
 
@@ -76,7 +61,7 @@ impl StoppedWindow {
         if !ENABLED.load(Ordering::Relaxed) {
             return StoppedWindow { slot: None };
         }
-        let tid = current_thread_id();
+        let tid = super::thread_id::current();
         for (i, owner) in OWNERS.iter().enumerate() {
             if owner.compare_exchange(0, tid, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
                 ACTIVE.fetch_add(1, Ordering::SeqCst);
@@ -91,6 +76,7 @@ impl StoppedWindow {
     /// fault injection is on, so tests can show that the check catches it.
     #[inline]
     pub fn fault_injection_point(&self) {
+        #[cfg(any(test, feature = "testing"))]
         if INJECT_ALLOCATION.load(Ordering::Relaxed) {
             let b = Box::new(0u64);
             std::hint::black_box(b);
@@ -115,7 +101,7 @@ pub fn in_stopped_window() -> bool {
     if ACTIVE.load(Ordering::SeqCst) == 0 {
         return false;
     }
-    let tid = current_thread_id();
+    let tid = super::thread_id::current();
     OWNERS.iter().any(|o| o.load(Ordering::SeqCst) == tid)
 }
 
@@ -210,7 +196,12 @@ mod tests {
     fn allocation_in_window_aborts() {
         let exe = std::env::current_exe().unwrap();
         let out = std::process::Command::new(exe)
-            .args(["--exact", "core::critical::tests::child_allocates_in_window", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "sampler::stopped_window::tests::child_allocates_in_window",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("MACHSAMPLER_TEST_CHILD", "1")
             .output()
             .unwrap();

@@ -52,36 +52,37 @@ pub struct CapturedStack<'a> {
     /// The registers could not be read, or the stack pointer was outside
     /// the known bounds; `frames` then holds at most the pc.
     pub walk_error: bool,
-    /// JavaScript frames V8 reported for the same stop (`GetStackSample`),
-    /// leaf first; empty when the thread runs no isolate or V8 naming is
-    /// off. Merged into `frames` by a [`JsFrames`] before interning.
-    pub js: &'a [u64],
+    /// Frames the language runtime's own stack sampler reported for the
+    /// same stop (V8's `GetStackSample`), leaf first; empty when the thread
+    /// runs no runtime or naming is off. A [`StackRewrite`] merges them
+    /// into `frames` before interning.
+    pub runtime_frames: &'a [u64],
     /// The word at the stack pointer (0 if unknown): the return address
     /// when the thread stopped in a function that builds no frame, such as
     /// V8's baseline builtins, whose caller a frame-pointer walk skips.
     pub tos: u64,
     /// For the first frames of `frames`, the words just below each frame's
-    /// frame pointer (see `crate::v8::slots`); empty unless the thread runs
-    /// a V8 isolate and JS frames are being named.
+    /// frame pointer, where a runtime keeps per-frame data (V8: an
+    /// interpreted frame's bytecode position); empty unless asked for.
     pub frame_words: &'a [[u64; FRAME_WORDS]],
 }
 
 /// Words kept below each frame pointer for [`CapturedStack::frame_words`].
 pub const FRAME_WORDS: usize = 4;
 
-/// A frame recorded for a JavaScript function rather than an address: the
-/// low 32 bits index the names the [`JsFrames`] collected. User-space
-/// addresses never have the top bit set.
-pub const JS_FRAME_TAG: u64 = 1 << 63;
+/// A recorded frame with this bit set is not an address but an index the
+/// [`StackRewrite`] that produced it gives meaning to (a JavaScript
+/// function's name). User-space addresses never have the top bit set.
+pub const TAGGED_FRAME: u64 = 1 << 63;
 
-/// Turns a native stack plus the JavaScript frames V8 reported for it into
-/// the frames to record (JS frames as `JS_FRAME_TAG | name index`). Runs on
-/// the sampler thread after the sampled thread has resumed.
-pub trait JsFrames: Send {
-    fn merge(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>);
+/// Turns a captured stack (native frames plus what the runtime reported)
+/// into the frames to record. Runs on the sampler thread after the sampled
+/// thread has resumed.
+pub trait StackRewrite: Send {
+    fn rewrite(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>);
 
-    /// The names of the tagged frames, by index.
-    fn names(&self) -> &[String];
+    /// Called once when the session ends.
+    fn finish(&mut self) {}
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -74,7 +74,7 @@ impl SamplerOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::error::ErrorCode;
+    use crate::sampler::error::ErrorCode;
 
     #[test]
     fn accepts_the_range_ends() {

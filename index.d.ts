@@ -11,6 +11,7 @@ export {
   getNativeUnwinding,
   symbolicate,
   StartOptions,
+  StopOptions,
   Stats,
   Profile,
   ThreadInfo,
@@ -31,6 +32,8 @@ export {
   formatFromPath,
   parseFormatName,
   profileReport,
+  formats,
+  FormatInfo,
   ExportOptions,
   ReportOptions,
   ProfileReport,
@@ -62,8 +65,7 @@ export interface Profiled<T> {
 }
 
 /**
- * Runs `fn` with the sampler on (like the seed's `with profiler_context():`):
- * starts, calls `fn`, and stops in `finally`. For an async function (one
+ * Runs `fn` with the sampler on: starts, calls `fn`, and stops in `finally`. For an async function (one
  * returning a promise) the sampler stops when the promise settles, and a
  * promise is returned.
  *
@@ -82,8 +84,7 @@ export interface ProfileFunctionOptions extends ProfilerOptions {
 }
 
 /**
- * Wraps `fn` so that each call is profiled (like the seed's
- * `@profile_function` decorator). The wrapper returns what `fn` returns (a
+ * Wraps `fn` so that each call is profiled. The wrapper returns what `fn` returns (a
  * promise stays a promise); each call's profile goes to
  * `options.onProfile` and/or is saved to `options.output`. Calls must not
  * overlap: the sampler is process-wide (an overlapping call throws `EAGAIN`).

@@ -18,6 +18,7 @@ export const {
   formatFromPath,
   parseFormatName,
   profileReport,
+  formats,
   withProfiler,
   profile,
 } = machsampler

@@ -13,18 +13,13 @@
 //   and its parent sees the same signal;
 // - failures of the sampler are one line on stderr, never a crash.
 //
-// Settings come from the environment:
-//   MACHSAMPLER_INTERVAL_MS, MACHSAMPLER_MAX_STACK_DEPTH  sampler options
-//   MACHSAMPLER_DURATION_S   stop sampling after this many seconds
-//   MACHSAMPLER_SESSION_DIR  set by `machsampler record`: write the raw
-//                            profile there for the CLI to symbolicate, and
-//                            a status file for its live progress line
-//   MACHSAMPLER_OUTPUT       without the CLI: the file to write (format by
-//                            extension), default machsampler-<pid>.machprof
+// Settings come from the environment (lib/env.js).
 
 const fs = require('fs')
 const path = require('path')
 const { isMainThread } = require('worker_threads')
+
+const env = require('./lib/env.js')
 
 const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP']
 
@@ -34,11 +29,6 @@ function warn(message) {
   } catch {
     // stderr closed: nothing more to do.
   }
-}
-
-function envNumber(name) {
-  const v = process.env[name]
-  return v === undefined || v === '' ? undefined : Number(v)
 }
 
 /**
@@ -56,43 +46,26 @@ function claim(sessionDir) {
   }
 }
 
-/** Gives the program back the environment it was started with. */
-function restoreEnvironment() {
-  const original = process.env.MACHSAMPLER_ORIGINAL_NODE_OPTIONS
-  if (original === undefined) return // not started by the CLI
-  if (original === '') delete process.env.NODE_OPTIONS
-  else process.env.NODE_OPTIONS = original
-  for (const key of Object.keys(process.env)) {
-    if (key.startsWith('MACHSAMPLER_')) delete process.env[key]
-  }
-}
-
 function main() {
   // Worker threads run preloads too. The sampler is process-wide already;
   // loading the addon here registers the worker's V8 isolate, so its
   // JavaScript frames are named.
   if (!isMainThread) {
-    require('./index.js')
+    require('./lib/worker-register.js')
     return
   }
-  const sessionDir = process.env.MACHSAMPLER_SESSION_DIR
+  const settings = env.readSettings(process.env)
+  const { sessionDir } = settings
   if (sessionDir && !claim(sessionDir)) return
-  const options = {
-    intervalMs: envNumber('MACHSAMPLER_INTERVAL_MS'),
-    maxStackDepth: envNumber('MACHSAMPLER_MAX_STACK_DEPTH'),
-    jsNames: process.env.MACHSAMPLER_NO_JS_NAMES === '1' ? false : undefined,
-  }
-  const durationS = envNumber('MACHSAMPLER_DURATION_S')
   const output = sessionDir
     ? path.join(sessionDir, 'raw.machprof')
-    : path.resolve(process.env.MACHSAMPLER_OUTPUT || `machsampler-${process.pid}.machprof`)
-  const live = sessionDir && process.env.MACHSAMPLER_LIVE === '1'
+    : path.resolve(settings.output || `machsampler-${process.pid}.machprof`)
   // The program's children must not inherit the preload.
-  restoreEnvironment()
+  env.restoreOriginal(process.env)
 
   const ms = require('./index.js')
   try {
-    ms.start(options)
+    ms.start(settings.start)
   } catch (e) {
     warn(`cannot start sampling: ${e.message}`)
     return
@@ -113,22 +86,14 @@ function main() {
     if (saved) return
     saved = true
     if (statusTimer) clearInterval(statusTimer)
-    let profile
-    try {
-      profile = ms.stop()
-    } catch (e) {
-      warn(`cannot stop sampling: ${e.message}`)
-      return
-    }
     try {
       if (sessionDir) {
         // Raw and uncompressed: fast to write while the process exits. The
-        // CLI symbolicates it while the binaries and perf map still exist.
-        ms.saveProfile(profile, output, { format: 'machprof', compress: false })
-        if (live) writeStatus('done')
+        // CLI names the frames while the binaries and perf map still exist.
+        ms.stop({ output, format: 'machprof', compress: false })
+        if (settings.live) writeStatus('done')
       } else {
-        profile.symbols = ms.symbolicate(profile)
-        ms.saveProfile(profile, output)
+        ms.stop({ symbolicate: true, output })
         warn(`wrote ${output}`)
       }
     } catch (e) {
@@ -147,11 +112,12 @@ function main() {
     }
     process.on(signal, onSignal)
   }
+  const { durationS } = settings
   if (durationS !== undefined) {
     if (!(durationS > 0)) warn(`ignoring MACHSAMPLER_DURATION_S=${durationS}: not a positive number`)
     else setTimeout(save, durationS * 1000).unref()
   }
-  if (live) {
+  if (settings.live) {
     statusTimer = setInterval(() => writeStatus('recording'), 500)
     statusTimer.unref()
   }

@@ -130,3 +130,90 @@ describe('stats and profile shape', () => {
     expect(ms.getNativeUnwinding()).toBe(true)
   })
 })
+
+describe('stop() does the common path in one call', () => {
+  const fs = require('fs')
+  const os = require('os')
+  const path = require('path')
+  let dir
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-stop-'))
+  })
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }))
+
+  function spin(ms) {
+    const end = Date.now() + ms
+    let x = 0
+    while (Date.now() < end) x += Math.sqrt(x + 1)
+    return x
+  }
+
+  test('symbolicate and output: named, and saved in the extension format', () => {
+    ms.start({ intervalMs: 1 })
+    spin(100)
+    const out = path.join(dir, 'p.collapsed')
+    const p = ms.stop({ symbolicate: true, output: out })
+    expect(p.symbols).toBeDefined()
+    expect(p.symbols.functions.name.length).toBeGreaterThan(0)
+    const text = fs.readFileSync(out, 'utf8')
+    // The file has the names the returned profile has.
+    expect(text).toMatch(/spin/)
+    expect(fs.readdirSync(dir)).toEqual(['p.collapsed'])
+  })
+
+  test('format overrides the extension; without symbolicate there are no names', () => {
+    ms.start({ intervalMs: 1 })
+    spin(30)
+    const out = path.join(dir, 'p.bin')
+    const p = ms.stop({ output: out, format: 'machprof' })
+    expect(p.symbols).toBeUndefined()
+    expect(ms.loadProfile(out).samples.thread.length).toBe(p.samples.thread.length)
+  })
+
+  test('bad options are refused before the sampler stops', () => {
+    ms.start({ intervalMs: 5 })
+    for (const [opts, part] of [
+      [{ symbolicate: 1 }, 'options.symbolicate must be a boolean'],
+      [{ output: 5 }, 'options.output must be a string'],
+      [{ output: path.join(dir, 'x.unknown') }, 'cannot tell the format'],
+      [{ output: path.join(dir, 'x.html'), format: 'gif' }, "unknown format 'gif'"],
+      [{ format: 'html' }, 'need options.output'],
+      [{ outptu: 'x.html' }, "unknown option 'outptu'"],
+      [[], 'options must be an object'],
+    ]) {
+      let err
+      try {
+        ms.stop(opts)
+      } catch (e) {
+        err = e
+      }
+      expect([opts, err && err.code, err && err.message.includes(part)]).toEqual([opts, 'EINVAL', true])
+      expect(ms.isRunning()).toBe(true)
+    }
+    expect(fs.readdirSync(dir)).toEqual([])
+  })
+
+  test('a write that fails after stopping hands the profile back on the error', () => {
+    ms.start({ intervalMs: 1 })
+    spin(30)
+    let err
+    try {
+      ms.stop({ output: path.join(dir, 'missing', 'p.machprof') })
+    } catch (e) {
+      err = e
+    }
+    expect(err.code).toBe('ENOENT')
+    expect(ms.isRunning()).toBe(false)
+    expect(err.profile.samples.thread.length).toBeGreaterThan(0)
+  })
+})
+
+test('formats() lists every format once, with its extensions', () => {
+  const f = ms.formats()
+  expect(f.map((x) => x.name)).toEqual(['machprof', 'pprof', 'speedscope', 'firefox', 'cpuprofile', 'collapsed', 'html', 'svg'])
+  for (const x of f) {
+    expect(x.extensions.length).toBeGreaterThan(0)
+    for (const e of x.extensions) expect(ms.formatFromPath(`a${e}`)).toBe(x.name)
+    for (const a of x.aliases) expect(ms.parseFormatName(a)).toBe(x.name)
+  }
+})

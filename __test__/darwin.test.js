@@ -1,5 +1,5 @@
 'use strict'
-// The Mach backend on macOS: the seed's test_darwin_mach scenarios (all
+// The Mach backend on macOS: all
 // threads, rate, dynamic threads, thread exit, blocked threads,
 // architecture, suspension time), run in this process against the built
 // addon. JS cannot learn a worker's OS thread id on macOS (there is no

@@ -1,5 +1,5 @@
 'use strict'
-// JavaScript function names in native stacks with no flags (issue 9): on a
+// JavaScript function names in native stacks with no flags: on a
 // JS-heavy workload (main thread + 2 workers, some functions optimized,
 // some kept interpreted), samples whose leaf is in V8 code carry a JS name,
 // and the JS self-time shares agree with the ground truth, V8's own CPU

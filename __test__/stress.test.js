@@ -1,5 +1,5 @@
 'use strict'
-// The reliability suite's CI size (issue 7): `node stress/run.js --quick`
+// The reliability suite's CI size: `node stress/run.js --quick`
 // runs every scenario (allocation storm, thread churn, start/stop churn,
 // signals and syscalls, coexistence, lifecycle, a real npm test suite,
 // bad input to the API and the CLI, walker fuzzing) in child processes

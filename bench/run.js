@@ -602,7 +602,7 @@ function table(r) {
     const a = d.threadsWithinCores
     const b = d.oversubscribed
     rows.push([`stop p50 / p99 (${a.busyThreads} busy, ${d.cores} cores)`, `${fmtNs(a.suspendP50Ns)} / ${fmtNs(a.suspendP99Ns)}`, '-', '-', '≤ 2 µs / ≤ 20 µs'])
-    rows.push(['stop max (threads ≤ cores)', fmtNs(a.suspendMaxNs), '-', '-', '< 100 µs (seed)'])
+    rows.push(['stop max (threads ≤ cores)', fmtNs(a.suspendMaxNs), '-', '-', '< 100 µs'])
     const n = d.threadsWithinCoresNoJsNames
     if (n) rows.push(['stop p50 / p99 without JS names (native walk only)', `${fmtNs(n.suspendP50Ns)} / ${fmtNs(n.suspendP99Ns)}`, '-', '-', 'report'])
     rows.push([`stop p50 / p99 (oversubscribed, ${b.busyThreads} busy)`, `${fmtNs(b.suspendP50Ns)} / ${fmtNs(b.suspendP99Ns)}`, '-', '-', 'report'])

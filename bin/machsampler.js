@@ -1,4 +1,4 @@
 #!/usr/bin/env node
 'use strict'
-// The `machsampler` command (package.json "bin"); see lib/cli.js.
-require('../lib/cli.js').main(process.argv.slice(2))
+// The `machsampler` command (package.json "bin"); see lib/cli/main.js.
+require('../lib/cli/main.js').main(process.argv.slice(2))

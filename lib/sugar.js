@@ -1,7 +1,6 @@
 'use strict'
 // withProfiler(fn, options) and profile(fn, options): start, run, stop in
-// `finally`, for synchronous and async functions alike. They mirror the
-// seed's `with profiler_context():` and `@profile_function`.
+// `finally`, for synchronous and async functions alike.
 //
 // Options are start()'s (intervalMs, maxStackDepth, nativeUnwinding,
 // bufferSamples) plus:
@@ -10,11 +9,7 @@
 //   format       the format for `output`, whatever its extension
 //   onProfile    profile() only: called with each call's profile
 
-const binding = require('../binding.js')
-// start() and stop() through index.js, whose wrappers add the one-time JS
-// names warning and the release of V8's code events; required when called,
-// since index.js requires this file.
-const api = () => require('../index.js')
+const { api } = require('./addon.js')
 
 const OWN_KEYS = ['symbolicate', 'output', 'format', 'onProfile']
 
@@ -45,16 +40,16 @@ function split(options, allowOnProfile) {
     throw einval('options.symbolicate must be a boolean')
   }
   if (own.output !== undefined && typeof own.output !== 'string') throw einval('options.output must be a string')
-  if (own.format !== undefined) binding.parseFormatName(own.format)
+  if (own.format !== undefined) api.parseFormatName(own.format)
   return { start, own }
 }
 
-/** Stops, names and saves; the profile. */
+/** Stops, names and saves, in one call; the profile. */
 function finish(own) {
-  const profile = api().stop()
-  if (own.symbolicate !== false) profile.symbols = binding.symbolicate(profile)
-  if (own.output !== undefined) binding.saveProfile(profile, own.output, own.format ? { format: own.format } : undefined)
-  return profile
+  const options = { symbolicate: own.symbolicate !== false }
+  if (own.output !== undefined) options.output = own.output
+  if (own.format !== undefined) options.format = own.format
+  return api.stop(options)
 }
 
 /**
@@ -66,7 +61,7 @@ function finish(own) {
 function run(fn, own, start) {
   if (typeof fn !== 'function') throw einval(`fn must be a function, got ${typeof fn}`)
   try {
-    api().start(start)
+    api.start(start)
   } catch (e) {
     // start() lists its own keys; ours are valid here too.
     if (e.code === 'EINVAL' && /valid options are/.test(e.message)) e.message += `, ${OWN_KEYS.join(', ')}`

@@ -268,7 +268,7 @@ main(async (o, c) => {
   }
   const entries = {
     start: [[{}]],
-    stop: [[]],
+    stop: [[{}]],
     stats: [[]],
     isRunning: [[]],
     threadCount: [[]],
@@ -299,6 +299,12 @@ main(async (o, c) => {
         tally(name, res)
         c.ok(!res.startsWith('UNCODED'), `${name}(arg ${pos} = ${label}): ${res}`)
         calls++
+        // stop() with valid options (undefined, {}) does stop: only a
+        // call that succeeded may have ended the background session.
+        if (!ms.isRunning()) {
+          c.ok(res === 'ok', `${name}(arg ${pos} = ${label}) ended the background session and returned ${res}`)
+          ms.start(sampling.options)
+        }
       }
     }
     // Extra arguments.

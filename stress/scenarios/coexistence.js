@@ -98,8 +98,7 @@ if (isMainThread) {
 function copyAddon(dir) {
   const node = fs.readdirSync(ROOT).find((f) => f.endsWith('.node'))
   for (const f of [node, 'binding.js', 'index.js', 'package.json']) fs.copyFileSync(path.join(ROOT, f), path.join(dir, f))
-  fs.mkdirSync(path.join(dir, 'lib'))
-  fs.copyFileSync(path.join(ROOT, 'lib', 'sugar.js'), path.join(dir, 'lib', 'sugar.js'))
+  fs.cpSync(path.join(ROOT, 'lib'), path.join(dir, 'lib'), { recursive: true })
   return dir
 }
 

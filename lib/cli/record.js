@@ -17,11 +17,13 @@ const fs = require('fs')
 const os = require('os')
 const path = require('path')
 
+const addon = require('../addon.js')
+const env = require('../env.js')
 const { parse, number, CliError, USAGE } = require('./args')
-const cli = require('./cli')
+const { help } = require('./help')
+const { processFile, outputFormat, extensionOf } = require('./profile-io')
 const text = require('./text')
 
-const REGISTER = path.join(__dirname, '..', 'register.js')
 // JavaScript frames are named from V8 itself while sampling (no flags).
 // --perf-map also has V8 write /tmp/perf-<pid>.map (functions only, which
 // keeps it small) with interpreted frames given a native frame of their
@@ -46,11 +48,6 @@ const SPEC = {
 function timestamp(d = new Date()) {
   const p = (n) => String(n).padStart(2, '0')
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`
-}
-
-/** NODE_OPTIONS quoting: values with spaces or quotes go in double quotes. */
-function quote(arg) {
-  return /[\s"\\]/.test(arg) ? `"${arg.replace(/(["\\])/g, '\\$1')}"` : arg
 }
 
 /**
@@ -99,7 +96,7 @@ function parseRecordArgs(argv) {
   const maxStackDepth = number(values, 'depth')
   try {
     // start()'s own validation, so the limits and messages are the API's.
-    require('../binding.js').checkRecordOptions(intervalMs, maxStackDepth)
+    addon.checkRecordOptions(intervalMs, maxStackDepth)
   } catch (e) {
     const flag = /maxStackDepth/.test(e.message) ? '--depth' : '--interval'
     throw new CliError(`${flag}: ${e.message}`, USAGE)
@@ -108,7 +105,7 @@ function parseRecordArgs(argv) {
   if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
     throw new CliError(`--duration must be a positive number of seconds, got '${values.duration}'`, USAGE)
   }
-  const format = cli.outputFormat(values.output || 'x.html', values.format)
+  const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`
   return {
     command: positionals[0],
@@ -125,35 +122,16 @@ function parseRecordArgs(argv) {
   }
 }
 
-function extensionOf(format) {
-  return {
-    machprof: 'machprof',
-    pprof: 'pb.gz',
-    speedscope: 'speedscope.json',
-    firefox: 'fxprof.json',
-    cpuprofile: 'cpuprofile',
-    collapsed: 'collapsed',
-    html: 'html',
-    svg: 'svg',
-  }[format]
-}
-
 function childEnv(opts, sessionDir, live) {
-  const original = process.env.NODE_OPTIONS || ''
-  const added = [`--require ${quote(REGISTER)}`]
-  if (opts.perfMap) added.push(...PERF_MAP_FLAGS)
-  const env = {
-    ...process.env,
-    NODE_OPTIONS: [original, ...added].filter(Boolean).join(' '),
-    MACHSAMPLER_ORIGINAL_NODE_OPTIONS: original,
-    MACHSAMPLER_SESSION_DIR: sessionDir,
-  }
-  if (!opts.jitNames) env.MACHSAMPLER_NO_JS_NAMES = '1' // register.js: start({ jsNames: false })
-  if (opts.intervalMs !== undefined) env.MACHSAMPLER_INTERVAL_MS = String(opts.intervalMs)
-  if (opts.maxStackDepth !== undefined) env.MACHSAMPLER_MAX_STACK_DEPTH = String(opts.maxStackDepth)
-  if (opts.durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(opts.durationS)
-  if (live) env.MACHSAMPLER_LIVE = '1'
-  return env
+  return env.forRecordedProgram(process.env, {
+    sessionDir,
+    intervalMs: opts.intervalMs,
+    maxStackDepth: opts.maxStackDepth,
+    durationS: opts.durationS,
+    jsNames: opts.jitNames,
+    live,
+    nodeFlags: opts.perfMap ? PERF_MAP_FLAGS : [],
+  })
 }
 
 /** The live "recording…" line on a terminal, from the child's status file. */
@@ -245,14 +223,13 @@ function removePerfMap(opts, pid) {
   }
 }
 
-function summary(opts, profile, format) {
-  const lines = [`machsampler: recorded ${[opts.command, ...opts.args].join(' ')} (pid ${profile.meta.pid})`]
-  lines.push(...text.overview(profile))
+function summary(opts, result) {
+  const { summary: sum, format, reports } = result
+  const lines = [`machsampler: recorded ${[opts.command, ...opts.args].join(' ')} (pid ${sum.pid})`]
+  lines.push(...text.overview(sum))
   lines.push(`  wrote     ${opts.output} (${format})`, '')
-  for (const by of ['self', 'total']) {
-    const report = cli.runReport(profile, { top: 15, by, includeIdle: opts.includeIdle })
-    lines.push(...text.functionsTable(report, by), '')
-  }
+  lines.push(...text.functionsTable(reports[0], 'self'), '')
+  lines.push(...text.functionsTable(reports[1], 'total'), '')
   if (format !== 'machprof') {
     lines.push(`Tip: record with -o <name>.machprof to keep a file that 'machsampler report' and 'convert' read.`)
   }
@@ -262,8 +239,7 @@ function summary(opts, profile, format) {
 async function record(argv) {
   const opts = parseRecordArgs(argv)
   if (opts.help) {
-    process.stdout.write(cli.HELP.record)
-    return 0
+    return help('record')
   }
   checkWritable(opts.output)
   const sessionDir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-'))
@@ -278,24 +254,18 @@ async function record(argv) {
     }
     const raw = path.join(sessionDir, 'raw.machprof')
     if (!fs.existsSync(raw)) throw noProfile(opts, status)
-    const ms = require('../binding.js')
-    let profile
-    try {
-      profile = ms.loadProfile(raw)
-      profile.symbols = ms.symbolicate(profile)
-    } catch (e) {
-      throw cli.fromAddon(e)
-    }
-    removePerfMap(opts, profile.meta.pid)
-    const format = cli.save(profile, opts.output, {
-      format: opts.format,
-      includeIdle: opts.includeIdle,
+    const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle }))
+    const result = processFile(raw, {
+      output: opts.output,
+      save: { format: opts.format, includeIdle: opts.includeIdle },
+      reports: opts.quiet ? [] : reports,
     })
-    if (!opts.quiet) process.stderr.write(summary(opts, profile, format))
+    removePerfMap(opts, result.summary.pid)
+    if (!opts.quiet) process.stderr.write(summary(opts, result))
     return status
   } finally {
     fs.rmSync(sessionDir, { recursive: true, force: true })
   }
 }
 
-module.exports = { record, parseRecordArgs, quote }
+module.exports = { record, parseRecordArgs }

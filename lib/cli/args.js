@@ -80,4 +80,11 @@ function number(values, name) {
   return v.trim() === '' ? NaN : Number(v)
 }
 
-module.exports = { parse, number, CliError, USAGE }
+/** The one input profile `report` and `convert` take. */
+function oneProfile(command, positionals) {
+  if (positionals.length === 1) return positionals[0]
+  const what = positionals.length === 0 ? 'needs a profile file' : `takes one profile, got ${positionals.length}`
+  throw new CliError(`${command} ${what}`, USAGE)
+}
+
+module.exports = { parse, number, oneProfile, CliError, USAGE }

@@ -1,7 +1,7 @@
 'use strict'
 // Text for the terminal: the record summary and `machsampler report`
-// (seed 004's ProfileReport: summary, hot functions, hot paths). The
-// numbers come from the addon's profileReport(); this only lays them out.
+// (summary, hot functions, hot paths). The numbers come from the addon;
+// this only lays them out.
 
 const path = require('path')
 
@@ -92,19 +92,14 @@ function threadsTable(report) {
   return lines
 }
 
-/** The header lines: duration, samples, threads, drops. */
-function overview(profile) {
-  const s = profile.stats
-  const samples = profile.samples.thread.length
-  let idle = 0
-  for (const v of profile.samples.idle) idle += v
-  const durationNs = Number(profile.endTimeNs - profile.startTimeNs)
-  const sampled = new Set(profile.samples.thread).size
+/** The header lines, from a profile summary: duration, samples, threads, drops. */
+function overview(summary) {
+  const s = summary.stats
   return [
-    `  duration  ${ms(durationNs)}, sampling every ${ms(Number(profile.intervalNs))}`,
-    `  samples   ${int(samples)} (${int(idle)} idle), ${int(s.samplesDropped)} dropped` +
+    `  duration  ${ms(summary.durationNs)}, sampling every ${ms(summary.intervalNs)}`,
+    `  samples   ${int(summary.samples)} (${int(summary.idleSamples)} idle), ${int(s.samplesDropped)} dropped` +
       (s.ticksMissed ? `, ${int(s.ticksMissed)} ticks missed` : ''),
-    `  threads   ${int(sampled)} sampled of ${int(profile.threads.length)} seen`,
+    `  threads   ${int(summary.threadsSampled)} sampled of ${int(summary.threadsSeen)} seen`,
   ]
 }
 

@@ -1,0 +1,30 @@
+'use strict'
+// `machsampler convert <profile.machprof> -o <file> [options]`
+
+const { parse, oneProfile, CliError, USAGE } = require('./args')
+const { help } = require('./help')
+const { processFile, outputFormat } = require('./profile-io')
+
+const SPEC = {
+  help: { type: 'boolean', short: 'h' },
+  output: { type: 'string', short: 'o' },
+  format: { type: 'string', short: 'f' },
+  idle: { type: 'boolean' },
+  'no-thread-prefix': { type: 'boolean' },
+}
+
+function convert(argv) {
+  const { values, positionals } = parse(argv, SPEC, { command: 'convert' })
+  if (values.help) return help('convert')
+  const input = oneProfile('convert', positionals)
+  if (values.output === undefined) throw new CliError(`convert needs -o <file>; see 'machsampler convert --help'`, USAGE)
+  const format = outputFormat(values.output, values.format)
+  processFile(input, {
+    output: values.output,
+    save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true },
+  })
+  process.stderr.write(`machsampler: wrote ${values.output} (${format})\n`)
+  return 0
+}
+
+module.exports = { convert }

@@ -1,0 +1,92 @@
+'use strict'
+// Help texts. The format table comes from the addon, the one place it is
+// kept.
+
+const { api } = require('../addon.js')
+
+function formatsHelp() {
+  const rows = api.formats().map((f) => {
+    const names = [f.name, ...f.aliases].join(', ')
+    const left = `${f.extensions.join(', ')} (${names})`
+    return `  ${left.padEnd(34)}  ${f.description}`
+  })
+  return ['Formats, by extension or --format:', ...rows].join('\n')
+}
+
+const USAGE = () => `Usage: machsampler <command> [options]
+
+Samples the native stacks of every thread of a Node.js program: the main
+thread, worker_threads, libuv's pool, V8's helpers and other addons.
+
+Commands:
+  record [options] -- <command> [args...]  run a Node.js program and profile it
+  report <profile> [options]               hot functions and call paths
+  convert <profile> -o <file> [options]    write a profile in another format
+
+Run 'machsampler <command> --help' for a command's options.
+
+${formatsHelp()}
+`
+
+const COMMANDS = {
+  record: () => `Usage: machsampler record [options] -- <command> [args...]
+
+Runs <command>, a Node.js program (for example: node app.js), with the
+sampler preloaded through NODE_OPTIONS, and writes the profile when it
+exits: normally, by process.exit(), an uncaught exception, SIGINT, SIGTERM
+or SIGHUP. Prints a summary on stderr.
+
+Options:
+  -o, --output <file>   the profile to write; its extension picks the format
+                        (default: machsampler-<date>-<time>.html here)
+  -f, --format <name>   the format, whatever the extension
+      --interval <ms>   sampling interval: an integer from 1 to 1000 (default 10)
+      --depth <n>       frames kept per stack: 1 to 1024 (default 128)
+      --duration <s>    stop sampling after <s> seconds (the program runs on)
+      --no-jit-names    do not name JavaScript frames (they stay 0x...)
+      --perf-map        also name them from V8's perf map (adds
+                        --perf-basic-prof-only-functions to the program)
+      --idle            count idle samples in the summary and flame graphs
+  -q, --quiet           no summary
+  -h, --help            this help
+
+Exit status: the program's own (128+n if it died of signal n); 1 if no
+profile could be written; 2 for bad usage; 126 or 127 if the command could
+not be run.
+
+${formatsHelp()}
+`,
+  report: () => `Usage: machsampler report <profile.machprof> [options]
+
+Prints the threads, the hottest functions and the hottest call paths of a
+profile. Idle samples are left out unless --idle is given.
+
+Options:
+      --thread <name|tid>  only threads with this name (all of them) or tid
+      --top <n>            rows per table (default 15)
+      --by <self|total>    sort functions by self or total samples (default self)
+      --idle               count idle samples too
+  -h, --help               this help
+`,
+  convert: () => `Usage: machsampler convert <profile.machprof> -o <file> [options]
+
+Writes a .machprof profile in another format (or again as .machprof).
+
+Options:
+  -o, --output <file>   the file to write; its extension picks the format
+  -f, --format <name>   the format, whatever the extension
+      --idle            keep idle samples in flame graphs and collapsed stacks
+      --no-thread-prefix  merge threads in flame graphs and collapsed stacks
+  -h, --help            this help
+
+${formatsHelp()}
+`,
+}
+
+/** Prints the help of `command`, or the overview; exit status 0. */
+function help(command) {
+  process.stdout.write(COMMANDS[command] ? COMMANDS[command]() : USAGE())
+  return 0
+}
+
+module.exports = { help, usage: USAGE, hasHelp: (command) => Boolean(COMMANDS[command]) }

@@ -1,0 +1,85 @@
+'use strict'
+// The environment contract between `machsampler record`, which writes it
+// for the program it runs, and register.js, the preload that reads it in
+// that program. Nothing else reads or writes MACHSAMPLER_* variables,
+// except the documented user settings below.
+//
+// Set by the CLI:
+//   MACHSAMPLER_SESSION_DIR   where the program writes its raw profile and
+//                             a status file for the live progress line
+//   MACHSAMPLER_ORIGINAL_NODE_OPTIONS  NODE_OPTIONS before the preload was added
+//   MACHSAMPLER_INTERVAL_MS, MACHSAMPLER_MAX_STACK_DEPTH  sampler options
+//   MACHSAMPLER_NO_JS_NAMES=1 start({ jsNames: false })
+//   MACHSAMPLER_DURATION_S    stop sampling after this many seconds
+//   MACHSAMPLER_LIVE=1        keep the status file up to date
+// Set by users (with `node -r machsampler/register`):
+//   MACHSAMPLER_OUTPUT        the file to write, default
+//                             machsampler-<pid>.machprof
+//   MACHSAMPLER_INTERVAL_MS, MACHSAMPLER_MAX_STACK_DEPTH, MACHSAMPLER_DURATION_S
+
+const path = require('path')
+
+const REGISTER = path.join(__dirname, '..', 'register.js')
+const PREFIX = 'MACHSAMPLER_'
+
+/** NODE_OPTIONS quoting: values with spaces or quotes go in double quotes. */
+function quote(arg) {
+  return /[\s"\\]/.test(arg) ? `"${arg.replace(/(["\\])/g, '\\$1')}"` : arg
+}
+
+/**
+ * The environment for a program `record` runs: the caller's, with the
+ * preload added to NODE_OPTIONS and the session settings.
+ */
+function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, durationS, jsNames, live, nodeFlags = [] }) {
+  const original = base.NODE_OPTIONS || ''
+  const env = {
+    ...base,
+    NODE_OPTIONS: [original, `--require ${quote(REGISTER)}`, ...nodeFlags].filter(Boolean).join(' '),
+    MACHSAMPLER_ORIGINAL_NODE_OPTIONS: original,
+    MACHSAMPLER_SESSION_DIR: sessionDir,
+  }
+  if (jsNames === false) env.MACHSAMPLER_NO_JS_NAMES = '1'
+  if (intervalMs !== undefined) env.MACHSAMPLER_INTERVAL_MS = String(intervalMs)
+  if (maxStackDepth !== undefined) env.MACHSAMPLER_MAX_STACK_DEPTH = String(maxStackDepth)
+  if (durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(durationS)
+  if (live) env.MACHSAMPLER_LIVE = '1'
+  return env
+}
+
+function number(env, name) {
+  const v = env[name]
+  return v === undefined || v === '' ? undefined : Number(v)
+}
+
+/** What register.js is asked to do. */
+function readSettings(env) {
+  const sessionDir = env.MACHSAMPLER_SESSION_DIR || undefined
+  return {
+    sessionDir,
+    start: {
+      intervalMs: number(env, 'MACHSAMPLER_INTERVAL_MS'),
+      maxStackDepth: number(env, 'MACHSAMPLER_MAX_STACK_DEPTH'),
+      jsNames: env.MACHSAMPLER_NO_JS_NAMES === '1' ? false : undefined,
+    },
+    durationS: number(env, 'MACHSAMPLER_DURATION_S'),
+    output: sessionDir ? undefined : env.MACHSAMPLER_OUTPUT || undefined,
+    live: Boolean(sessionDir) && env.MACHSAMPLER_LIVE === '1',
+  }
+}
+
+/**
+ * Gives a recorded program back the environment it was started with, so
+ * its children do not inherit the preload. Does nothing outside `record`.
+ */
+function restoreOriginal(env) {
+  const original = env.MACHSAMPLER_ORIGINAL_NODE_OPTIONS
+  if (original === undefined) return
+  if (original === '') delete env.NODE_OPTIONS
+  else env.NODE_OPTIONS = original
+  for (const key of Object.keys(env)) {
+    if (key.startsWith(PREFIX)) delete env[key]
+  }
+}
+
+module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote }

@@ -58,9 +58,10 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
         return Err(SamplerError::new(ErrorCode::Again, "the sampler is already running; call stop() first"));
     }
     crate::sampler::stopped_window::enable_from_env();
+    // Thread discovery happens on the sampler thread, so start() returns in
+    // the same time however many threads there are.
     let mut backend = platform::new_backend()?;
-    // So that threadCount() is right as soon as start() returns.
-    backend.refresh_threads(&shared().registry, false);
+    backend.set_frame_pointer_code(crate::v8::frames::builtin_ranges());
     let js_names = SessionNames::default();
     let rewrite = js_frames(&options, &js_names);
     let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
@@ -206,7 +207,11 @@ pub fn stats() -> StatsSnapshot {
 /// otherwise the platform is asked directly.
 pub fn thread_count() -> Result<usize, SamplerError> {
     if is_running() {
-        return Ok(shared().registry.len());
+        let known = shared().registry.len();
+        if known > 0 {
+            return Ok(known);
+        }
+        // The sampler thread has not listed the threads yet.
     }
     let mut backend = platform::new_backend()?;
     backend.refresh_threads(&shared().registry, false);

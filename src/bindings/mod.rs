@@ -40,7 +40,7 @@ pub(crate) fn napi_fail(e: napi::Error) -> napi::Error<&'static str> {
     einval(e.reason.clone())
 }
 
-const OPTION_KEYS: &str = "intervalMs, maxStackDepth, nativeUnwinding, bufferSamples, jsNames";
+const OPTION_KEYS: &str = "intervalMs, mode, maxStackDepth, nativeUnwinding, bufferSamples, jsNames, durationMs";
 
 fn number_option(key: &str, val: &Unknown, ty: ValueType) -> JsResult<f64> {
     if ty != ValueType::Number {
@@ -97,6 +97,15 @@ fn parse_options(options: Unknown) -> JsResult<SamplerOptions> {
             "intervalMs" => out.with_interval_ms(number_option(&key, &val, ty)?).map_err(js_error)?,
             "maxStackDepth" => out.with_max_stack_depth(number_option(&key, &val, ty)?).map_err(js_error)?,
             "bufferSamples" => out.with_buffer_samples(number_option(&key, &val, ty)?).map_err(js_error)?,
+            "durationMs" => out.with_duration_ms(number_option(&key, &val, ty)?).map_err(js_error)?,
+            "mode" => {
+                if ty != ValueType::String {
+                    return Err(einval(format!("options.mode must be 'cpu' or 'wall', got {}", type_name(ty))));
+                }
+                // SAFETY: the value's type was just checked to be String.
+                let mode: String = unsafe { val.cast::<String>() }.map_err(napi_fail)?;
+                out.with_mode(&mode).map_err(js_error)?
+            }
             "nativeUnwinding" => {
                 out.native_unwinding = boolean(&val, ty, "options.nativeUnwinding")?;
                 out
@@ -153,8 +162,23 @@ pub(crate) fn js_names_unavailable() -> Option<String> {
     V8_UNAVAILABLE.lock().unwrap_or_else(|p| p.into_inner()).clone().or_else(|| Some("no JS thread registered".into()))
 }
 
-/// Warns once per process, through `process.emitWarning`, when JavaScript
-/// frames cannot be named from V8 here.
+/// `process.emitWarning(message, { code })`. A warning that cannot be
+/// shown must not fail the call that gives it, so errors are dropped.
+fn emit_warning(env: &Env, message: String, code: &str) {
+    let emit = || -> napi::Result<()> {
+        let process: Object = env.get_global()?.get_named_property("process")?;
+        let emit_warning: Function<'_, FnArgs<(String, Object)>, Unknown> =
+            process.get_named_property("emitWarning")?;
+        let mut options = Object::new(env)?;
+        options.set_named_property("code", code)?;
+        emit_warning.apply(process, FnArgs::from((message, options)))?;
+        Ok(())
+    };
+    let _ = emit();
+}
+
+/// Warns once per process when JavaScript frames cannot be named from V8
+/// here.
 fn warn_once_if_no_js_names(env: &Env) {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let Some(why) = js_names_unavailable() else { return };
@@ -165,17 +189,42 @@ fn warn_once_if_no_js_names(env: &Env) {
         "machsampler: JavaScript frames will not be named from V8 ({why}); they are named from V8's perf map \
          when node runs with --perf-basic-prof, otherwise shown as addresses."
     );
-    let emit = || -> napi::Result<()> {
-        let process: Object = env.get_global()?.get_named_property("process")?;
-        let emit_warning: Function<'_, FnArgs<(String, Object)>, Unknown> =
-            process.get_named_property("emitWarning")?;
-        let mut options = Object::new(env)?;
-        options.set_named_property("code", "MACHSAMPLER_NO_JS_NAMES")?;
-        emit_warning.apply(process, FnArgs::from((message, options)))?;
-        Ok(())
-    };
-    // A warning that cannot be shown must not fail start().
-    let _ = emit();
+    emit_warning(env, message, "MACHSAMPLER_NO_JS_NAMES");
+}
+
+/// Warns about what a finished session lost, and what to do about it.
+fn warn_about_losses(env: &Env, s: &crate::profile::StatsSnapshot, buffer_rows: usize) {
+    if s.signal_taken_over != 0 {
+        emit_warning(
+            env,
+            "machsampler: another library replaced the handler of the sampling signal while sampling; samples \
+             stopped arriving from then on (stats.signalTakenOver)"
+                .into(),
+            "MACHSAMPLER_SIGNAL_TAKEN",
+        );
+    }
+    if s.samples_dropped > 0 {
+        emit_warning(
+            env,
+            format!(
+                "machsampler: {} samples were dropped because the sample buffer ({buffer_rows} rows) was full; \
+                 start with a larger bufferSamples (the CLI: --buffer), a longer intervalMs, or a shorter session",
+                s.samples_dropped
+            ),
+            "MACHSAMPLER_BUFFER_FULL",
+        );
+    }
+    if s.samples_lost > 0 {
+        emit_warning(
+            env,
+            format!(
+                "machsampler: {} samples were lost because every capture buffer was in use (stats.samplesLost); \
+                 a longer intervalMs lowers the rate",
+                s.samples_lost
+            ),
+            "MACHSAMPLER_SAMPLES_LOST",
+        );
+    }
 }
 
 /// Starts sampling every thread of the process.
@@ -205,15 +254,27 @@ pub fn start(env: &Env, options: Unknown) -> Result<(), &'static str> {
 pub struct JsStartOptions {
     /// Sampling interval in milliseconds: an integer from 1 to 1000. Default 10.
     pub interval_ms: Option<u32>,
+    /// What a sample stands for. `'cpu'` (the default): threads are sampled
+    /// for the CPU time they use, one sample per interval of it (on Linux
+    /// each thread's own CPU-time timer interrupts it, so waiting threads
+    /// are never disturbed). `'wall'`: every thread at every interval,
+    /// waiting ones included (marked idle), to see where threads block.
+    #[napi(ts_type = "'cpu' | 'wall'")]
+    pub mode: Option<String>,
+    /// Stop sampling after this many milliseconds (an integer from 1 up),
+    /// however busy JavaScript is; `stop()` still ends the session and
+    /// returns the profile.
+    pub duration_ms: Option<f64>,
     /// Frames recorded per stack, leaf first: an integer from 1 to 1024.
     /// Default 128. Deeper stacks are truncated and counted in
     /// `stats.truncatedStacks`.
     pub max_stack_depth: Option<u32>,
     /// Walk native frames (true, the default) or record only the leaf pc.
     pub native_unwinding: Option<bool>,
-    /// Capacity of the sample buffer, in samples: an integer from 1 to
-    /// 100000000. Default 1000000. Samples beyond it are dropped and counted
-    /// in `stats.samplesDropped`.
+    /// Capacity of the sample buffer, in rows: an integer from 1 to
+    /// 100000000. Default 1000000. A row is one sample, or a run of samples
+    /// of an idle thread with the same stack. Samples beyond it are dropped,
+    /// counted in `stats.samplesDropped`, and `stop()` warns.
     pub buffer_samples: Option<u32>,
     /// Name JavaScript frames from V8 while sampling (default true), on
     /// every thread whose environment loaded the addon (workers created
@@ -278,7 +339,9 @@ pub fn stop<'env>(env: &'env Env, options: Unknown<'env>) -> Result<Unknown<'env
         }
         None => None,
     };
+    let buffer_rows = control::current_options().map_or(0, |o| o.buffer_samples);
     let mut data = control::stop_profile().map_err(js_error)?;
+    warn_about_losses(env, &data.stats, buffer_rows);
     if symbolicate {
         data.symbols = Some(crate::symbols::symbolicate(&data, &Default::default()));
     }

@@ -38,11 +38,16 @@ pub struct JsSampleTable<'env> {
     pub time_ns: BigUint64ArraySlice<'env>,
     /// Index into `profile.stacks` of the sample's leaf frame.
     pub stack: Uint32ArraySlice<'env>,
-    /// 1 if the thread was idle (its CPU time had not advanced) and its
-    /// previous stack was recorded again without stopping it.
+    /// 1 if the thread was not running: idle (its CPU time had not
+    /// advanced; its previous stack recorded again without stopping it), or,
+    /// in wall mode, stopped while waiting in a system call.
     pub idle: Uint8ArraySlice<'env>,
     /// CPU time the thread used since its previous sample, in nanoseconds.
     pub cpu_delta_ns: BigUint64ArraySlice<'env>,
+    /// How many samples the row stands for (at least 1): a run of idle
+    /// samples with the same stack, or a CPU timer that expired more than
+    /// once before it was served, is one row. Profiles without it count 1.
+    pub weight: Uint32ArraySlice<'env>,
 }
 
 /// Stacks as a prefix tree: node `i` is frame `frame[i]` called from node
@@ -180,6 +185,7 @@ impl<'env> JsProfile<'env> {
                 stack: Uint32ArraySlice::copy_from(env, &d.sample_stack)?,
                 idle: Uint8ArraySlice::copy_from(env, &d.sample_idle)?,
                 cpu_delta_ns: BigUint64ArraySlice::copy_from(env, &d.sample_cpu_delta_ns)?,
+                weight: Uint32ArraySlice::copy_from(env, &d.sample_weight)?,
             },
             stacks: JsStackTable {
                 frame: Uint32ArraySlice::copy_from(env, &d.stack_frame)?,
@@ -399,7 +405,7 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         _ => return Err(einval("profile.symbols must be an object or undefined")),
     };
     let stats = stats_from_js(&object_at(&obj, "stats", p)?)?;
-    let data = ProfileData {
+    let mut data = ProfileData {
         meta: Meta {
             platform: string(&meta, "platform", "profile.meta")?,
             arch: string(&meta, "arch", "profile.meta")?,
@@ -411,6 +417,10 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         sample_stack: u32_column(&samples, "stack", "profile.samples")?,
         sample_idle: u8_column(&samples, "idle", "profile.samples")?,
         sample_cpu_delta_ns: u64_column(&samples, "cpuDeltaNs", "profile.samples")?,
+        sample_weight: match samples.has_named_property("weight").map_err(napi_fail)? {
+            true => u32_column(&samples, "weight", "profile.samples")?,
+            false => Vec::new(),
+        },
         stack_frame: u32_column(&stacks, "frame", "profile.stacks")?,
         stack_parent: i32_column(&stacks, "parent", "profile.stacks")?,
         frame_address: u64_column(&frames, "address", "profile.frames")?,
@@ -423,6 +433,9 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         symbols,
         js_names: optional_string_array(&obj, "jsNames", p)?,
     };
+    if data.sample_weight.is_empty() {
+        data.sample_weight = vec![1; data.sample_thread.len()];
+    }
     data.validate().map_err(|e| einval(format!("profile is inconsistent: {e}")))?;
     Ok(data)
 }

@@ -28,7 +28,7 @@ pub fn lines(profile: &ProfileData, opts: &ExportOptions) -> Vec<String> {
     for i in 0..profile.sample_count() {
         if filter.keeps(profile, i) {
             let thread = if opts.thread_prefix { profile.sample_thread[i] } else { 0 };
-            *counts.entry((thread, tree.of_stack[profile.sample_stack[i] as usize])).or_default() += 1;
+            *counts.entry((thread, tree.of_stack[profile.sample_stack[i] as usize])).or_default() += profile.weight(i);
         }
     }
     let mut out: Vec<String> = counts

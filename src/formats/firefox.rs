@@ -117,7 +117,8 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         let Some(ctx) = threads[profile.sample_thread[i] as usize].as_mut() else { continue };
         let stack = w.stack(ctx, profile.sample_stack[i]);
         let cpu = CpuDelta::from_nanos(profile.sample_cpu_delta_ns[i]);
-        w.fx.add_sample(ctx.handle, at(profile.sample_time_ns[i]), stack, cpu, 1);
+        let weight = profile.weight(i).min(i32::MAX as u64) as i32;
+        w.fx.add_sample(ctx.handle, at(profile.sample_time_ns[i]), stack, cpu, weight);
     }
     // Serializing plain data into a Vec cannot fail.
     serde_json::to_vec(&w.fx).unwrap_or_default()

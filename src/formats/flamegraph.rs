@@ -43,7 +43,10 @@ fn title(profile: &ProfileData, opts: &ExportOptions) -> String {
     let kind = if opts.include_idle { "samples" } else { "running samples" };
     format!(
         "machsampler: {} {kind}, {threads} thread{}, {secs:.2} s",
-        profile.sample_idle.iter().filter(|&&i| opts.include_idle || i == 0).count(),
+        (0..profile.sample_count())
+            .filter(|&i| opts.include_idle || profile.sample_idle[i] == 0)
+            .map(|i| profile.weight(i))
+            .sum::<u64>(),
         if threads == 1 { "" } else { "s" }
     )
 }

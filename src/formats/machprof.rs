@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "MACHPROF"
-//!      8     4  format version, u32 LE (this code writes and reads 1)
+//!      8     4  format version, u32 LE (this code writes 2, reads 1 and 2)
 //!     12     4  flags, u32 LE: bit 0 = payload is gzip-compressed;
 //!               other bits are reserved and must be 0
 //!     16     8  payload length in bytes (uncompressed), u64 LE
@@ -43,7 +43,10 @@ use crate::profile::ThreadRecord;
 use crate::profile::{stat_key, Function, FunctionKind, Meta, Module, ProfileData, Symbols};
 
 pub const MAGIC: &[u8; 8] = b"MACHPROF";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest version this code reads. Version 1 has no
+/// `samples.weight` column (every row is one sample).
+pub const OLDEST_VERSION: u32 = 1;
 const FLAG_GZIP: u32 = 1;
 const PREAMBLE: usize = 28;
 
@@ -109,20 +112,30 @@ struct Column {
     len: u64,
 }
 
-/// The columns of version 1, in file order. The last two exist only in a
-/// symbolicated profile.
-const COLUMNS: [(&str, &str); 10] = [
+/// The columns of the current version, in file order. The last two exist
+/// only in a symbolicated profile.
+const COLUMNS: [(&str, &str); 11] = [
     ("samples.thread", "u32"),
     ("samples.timeNs", "u64"),
     ("samples.stack", "u32"),
     ("samples.idle", "u8"),
     ("samples.cpuDeltaNs", "u64"),
+    ("samples.weight", "u32"),
     ("stacks.frame", "u32"),
     ("stacks.parent", "i32"),
     ("frames.address", "u64"),
     ("symbols.frameFunction", "u32"),
     ("symbols.frameLine", "u32"),
 ];
+
+/// The columns a file of `version` has, with or without symbols.
+fn columns_of(version: u32, symbols: bool) -> Vec<(&'static str, &'static str)> {
+    let mut cols: Vec<_> = COLUMNS.iter().copied().filter(|&(n, _)| version >= 2 || n != "samples.weight").collect();
+    if !symbols {
+        cols.truncate(cols.len() - 2);
+    }
+    cols
+}
 
 /// The statistics, by the names the JS API uses. One list for both ways.
 /// Fixed-size little-endian elements of the columns.
@@ -165,13 +178,14 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
         profile.sample_stack.len(),
         profile.sample_idle.len(),
         profile.sample_cpu_delta_ns.len(),
+        profile.sample_weight.len(),
         profile.stack_frame.len(),
         profile.stack_parent.len(),
         profile.frame_address.len(),
         symbols.map_or(0, |s| s.frame_function.len()),
         symbols.map_or(0, |s| s.frame_line.len()),
     ];
-    let ncols = if symbols.is_some() { 10 } else { 8 };
+    let ncols = if symbols.is_some() { 11 } else { 9 };
     let stats = profile.stats.clone();
     let header = Header {
         meta: MetaJson {
@@ -229,6 +243,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
     put_column(&mut payload, &profile.sample_stack);
     put_column(&mut payload, &profile.sample_idle);
     put_column(&mut payload, &profile.sample_cpu_delta_ns);
+    put_column(&mut payload, &profile.sample_weight);
     put_column(&mut payload, &profile.stack_frame);
     put_column(&mut payload, &profile.stack_parent);
     put_column(&mut payload, &profile.frame_address);
@@ -273,16 +288,16 @@ pub fn decode(bytes: &[u8]) -> Result<ProfileData, String> {
     }
     let u32_at = |o: usize| u32::get(&bytes[o..o + 4]);
     let version = u32_at(8);
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(if version > VERSION {
-            format!("format version {version} is newer than this machsampler reads (version {VERSION}); upgrade machsampler")
+            format!("format version {version} is newer than this machsampler reads (versions {OLDEST_VERSION} to {VERSION}); upgrade machsampler")
         } else {
-            format!("unknown format version {version} (this machsampler reads version {VERSION})")
+            format!("unknown format version {version} (this machsampler reads versions {OLDEST_VERSION} to {VERSION})")
         });
     }
     let flags = u32_at(12);
     if flags & !FLAG_GZIP != 0 {
-        return Err(format!("unknown flags 0x{flags:x} in a version {VERSION} file"));
+        return Err(format!("unknown flags 0x{flags:x} in a version {version} file"));
     }
     let payload_len = u64::get(&bytes[16..24]);
     let crc = u32_at(24);
@@ -310,10 +325,10 @@ pub fn decode(bytes: &[u8]) -> Result<ProfileData, String> {
     if crc32fast::hash(payload) != crc {
         return Err("corrupt: checksum mismatch".into());
     }
-    parse_payload(payload)
+    parse_payload(payload, version)
 }
 
-fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
+fn parse_payload(payload: &[u8], version: u32) -> Result<ProfileData, String> {
     let corrupt = |what: String| format!("corrupt: {what}");
     if payload.len() < 4 {
         return Err(corrupt("no header".into()));
@@ -323,16 +338,16 @@ fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
     let json = payload.get(4..end).ok_or_else(|| corrupt(format!("header length {hlen} is past the end")))?;
     let h: Header = serde_json::from_slice(json).map_err(|e| corrupt(format!("header: {e}")))?;
 
-    let ncols = if h.functions.is_some() { 10 } else { 8 };
-    let names_ok =
-        h.columns.len() == ncols && h.columns.iter().zip(&COLUMNS).all(|(c, &(name, ty))| c.name == name && c.ty == ty);
+    let expected = columns_of(version, h.functions.is_some());
+    let names_ok = h.columns.len() == expected.len()
+        && h.columns.iter().zip(&expected).all(|(c, &(name, ty))| c.name == name && c.ty == ty);
     if !names_ok {
         let found: Vec<_> = h.columns.iter().map(|c| c.name.as_str()).collect();
         return Err(corrupt(format!("unexpected columns [{}]", found.join(", "))));
     }
     let mut rest = &payload[end..];
     let mut need: u64 = 0;
-    for (c, &(_, ty)) in h.columns.iter().zip(&COLUMNS) {
+    for (c, &(_, ty)) in h.columns.iter().zip(&expected) {
         let size = match ty {
             "u8" => 1,
             "u32" | "i32" => 4,
@@ -360,6 +375,7 @@ fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
     let sample_stack = col::<u32>(take(4));
     let sample_idle = take(1).to_vec();
     let sample_cpu_delta_ns = col::<u64>(take(8));
+    let sample_weight = if version >= 2 { col::<u32>(take(4)) } else { vec![1; sample_thread.len()] };
     let stack_frame = col::<u32>(take(4));
     let stack_parent = col::<i32>(take(4));
     let frame_address = col::<u64>(take(8));
@@ -391,6 +407,7 @@ fn parse_payload(payload: &[u8]) -> Result<ProfileData, String> {
         sample_stack,
         sample_idle,
         sample_cpu_delta_ns,
+        sample_weight,
         stack_frame,
         stack_parent,
         frame_address,
@@ -456,10 +473,10 @@ mod tests {
         assert!(decode(b"{\"nodes\":[]}").unwrap_err().contains("not a machsampler profile"));
         assert!(decode(b"").unwrap_err().contains("truncated"));
         assert!(decode(b"MACH").unwrap_err().contains("truncated"));
-        let mut v2 = good.clone();
-        v2[8] = 2;
-        let e = decode(&v2).unwrap_err();
-        assert!(e.contains("format version 2 is newer") && e.contains("version 1"), "{e}");
+        let mut v3 = good.clone();
+        v3[8] = 3;
+        let e = decode(&v3).unwrap_err();
+        assert!(e.contains("format version 3 is newer") && e.contains("versions 1 to 2"), "{e}");
         let mut v0 = good.clone();
         v0[8] = 0;
         assert!(decode(&v0).unwrap_err().contains("unknown format version 0"));

@@ -133,7 +133,7 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     for i in 0..profile.sample_count() {
         let key = (profile.sample_thread[i], profile.sample_stack[i], profile.sample_idle[i]);
         let e = agg.entry(key).or_default();
-        e[0] += 1;
+        e[0] += profile.weight(i);
         e[1] += profile.sample_cpu_delta_ns[i];
     }
     let mut keys: Vec<_> = agg.keys().copied().collect();

@@ -125,14 +125,15 @@ pub fn report(profile: &ProfileData, opts: &ReportOptions) -> Result<Report, Str
             continue;
         }
         let idle = profile.sample_idle[i] != 0;
+        let w = profile.weight(i);
         let t = &mut per_thread[profile.sample_thread[i] as usize];
-        t.0 += 1;
-        t.1 += idle as u64;
+        t.0 += w;
+        t.1 += if idle { w } else { 0 };
         if filter.keeps(profile, i) {
-            samples += 1;
-            node_count[tree.of_stack[profile.sample_stack[i] as usize] as usize] += 1;
+            samples += w;
+            node_count[tree.of_stack[profile.sample_stack[i] as usize] as usize] += w;
         } else {
-            idle_left_out += 1;
+            idle_left_out += w;
         }
     }
 

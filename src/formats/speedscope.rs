@@ -49,7 +49,7 @@ struct Sampled<'a> {
     #[serde(rename = "endValue")]
     end_value: u64,
     samples: Stacks<'a>,
-    weights: Weights,
+    weights: Weights<'a>,
 }
 
 /// The samples of one thread, each as its stack of frame indices, root
@@ -75,17 +75,19 @@ impl Serialize for Stacks<'_> {
     }
 }
 
-/// `n` equal weights, without storing them.
-struct Weights {
-    n: usize,
-    weight: u64,
+/// Each sample's weight in nanoseconds (its row weight times the
+/// interval), computed while serializing.
+struct Weights<'a> {
+    profile: &'a ProfileData,
+    indices: &'a [u32],
 }
 
-impl Serialize for Weights {
+impl Serialize for Weights<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.n))?;
-        for _ in 0..self.n {
-            seq.serialize_element(&self.weight)?;
+        let mut seq = s.serialize_seq(Some(self.indices.len()))?;
+        let interval = self.profile.interval_ns.max(1);
+        for &i in self.indices {
+            seq.serialize_element(&(self.profile.weight(i as usize) * interval))?;
         }
         seq.end()
     }
@@ -110,10 +112,10 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     for list in &mut per_thread {
         list.sort_by_key(|&i| profile.sample_time_ns[i as usize]);
     }
-    let weight = profile.interval_ns.max(1);
+    let interval = profile.interval_ns.max(1);
     let mut profiles = Vec::new();
     let mut active = 0;
-    for (t, indices) in per_thread.into_iter().enumerate() {
+    for (t, indices) in per_thread.iter().enumerate() {
         if indices.is_empty() {
             continue; // speedscope shows nothing for a thread without samples
         }
@@ -121,15 +123,15 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
             active = profiles.len();
         }
         let first = profile.sample_time_ns[indices[0] as usize].saturating_sub(profile.start_ns);
-        let n = indices.len();
+        let total: u64 = indices.iter().map(|&i| profile.weight(i as usize)).sum();
         profiles.push(Sampled {
             ty: "sampled",
             name: thread_label(profile, t),
             unit: "nanoseconds",
             start_value: first,
-            end_value: first + n as u64 * weight,
-            samples: Stacks { profile, symbols: &symbols, indices },
-            weights: Weights { n, weight },
+            end_value: first + total * interval,
+            samples: Stacks { profile, symbols: &symbols, indices: indices.clone() },
+            weights: Weights { profile, indices },
         });
     }
     let file = File {

@@ -119,6 +119,9 @@ pub struct ProfileData {
     pub sample_stack: Vec<u32>,
     pub sample_idle: Vec<u8>,
     pub sample_cpu_delta_ns: Vec<u64>,
+    /// Sampling intervals each row stands for (at least 1): a run of idle
+    /// samples with the same stack, or CPU-timer expirations, is one row.
+    pub sample_weight: Vec<u32>,
     pub stack_frame: Vec<u32>,
     pub stack_parent: Vec<i32>,
     pub frame_address: Vec<u64>,
@@ -146,6 +149,7 @@ impl ProfileData {
             sample_stack: s.stack,
             sample_idle: s.idle,
             sample_cpu_delta_ns: s.cpu_delta_ns,
+            sample_weight: s.weight,
             stack_frame,
             stack_parent,
             frame_address,
@@ -160,8 +164,20 @@ impl ProfileData {
         }
     }
 
+    /// Rows of the sample table.
     pub fn sample_count(&self) -> usize {
         self.sample_thread.len()
+    }
+
+    /// How many samples row `i` stands for.
+    #[inline]
+    pub fn weight(&self, i: usize) -> u64 {
+        self.sample_weight.get(i).copied().unwrap_or(1) as u64
+    }
+
+    /// Samples in all, weights counted.
+    pub fn total_weight(&self) -> u64 {
+        (0..self.sample_count()).map(|i| self.weight(i)).sum()
     }
 
     /// The frame indices of stack node `node`, leaf first. Stops (rather
@@ -179,11 +195,15 @@ impl ProfileData {
             ("samples.stack", self.sample_stack.len()),
             ("samples.idle", self.sample_idle.len()),
             ("samples.cpuDeltaNs", self.sample_cpu_delta_ns.len()),
+            ("samples.weight", self.sample_weight.len()),
         ];
         for (name, len) in cols {
             if len != n {
                 return Err(format!("{name} has {len} entries, samples.thread has {n}"));
             }
+        }
+        if let Some(i) = self.sample_weight.iter().position(|&w| w == 0) {
+            return Err(format!("sample {i} has weight 0 (weights are at least 1)"));
         }
         if self.stack_parent.len() != self.stack_frame.len() {
             return Err("stacks.frame and stacks.parent differ in length".into());
@@ -262,6 +282,7 @@ pub(crate) mod tests {
             sample_stack: vec![2, 2, 3, 1],
             sample_idle: vec![0, 0, 0, 1],
             sample_cpu_delta_ns: vec![1_000, 1_000, 900, 0],
+            sample_weight: vec![1, 1, 1, 1],
             // frames: 0=main 1=a 2=b 3=c
             stack_frame: vec![0, 1, 2, 3],
             stack_parent: vec![-1, 0, 1, 0],

@@ -11,7 +11,7 @@
 //! trait covers both by separating `request` from `collect`.
 
 use super::registry::{ThreadEntry, ThreadRegistry};
-use super::walker::WalkEnd;
+use super::unwind::StackEnd;
 
 /// How to capture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,14 +44,20 @@ pub struct CapturedStack<'a> {
     pub time_ns: u64,
     /// Leaf first.
     pub frames: &'a [u64],
-    pub end: WalkEnd,
+    /// Why `frames` ends where it does.
+    pub end: StackEnd,
     /// How long the thread was stopped.
     pub stopped_ns: u64,
     /// From request to the start of the stop, when the backend knows it.
     pub delivery_ns: Option<u64>,
-    /// The registers could not be read, or the stack pointer was outside
-    /// the known bounds; `frames` then holds at most the pc.
-    pub walk_error: bool,
+    /// Sampling intervals this capture stands for: more than 1 when a CPU
+    /// timer expired again before its signal was handled.
+    pub weight: u32,
+    /// The thread was waiting in a system call when stopped, not running.
+    pub off_cpu: bool,
+    /// The link register when stopped (arm64), else 0: the return address
+    /// of a frameless leaf function.
+    pub lr: u64,
     /// Frames the language runtime's own stack sampler reported for the
     /// same stop (V8's `GetStackSample`), leaf first; empty when the thread
     /// runs no runtime or naming is off. A [`StackRewrite`] merges them
@@ -70,6 +76,42 @@ pub struct CapturedStack<'a> {
 /// Words kept below each frame pointer for [`CapturedStack::frame_words`].
 pub const FRAME_WORDS: usize = 4;
 
+impl CapturedStack<'_> {
+    /// The registers or the stack could not be read.
+    pub fn walk_error(&self) -> bool {
+        matches!(self.end, StackEnd::CopyFailed | StackEnd::NoPc)
+    }
+}
+
+/// What a sample stands for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// CPU time: threads are sampled for the CPU time they use, and a
+    /// sample stands for one interval of it. Waiting threads give none.
+    #[default]
+    Cpu,
+    /// Wall-clock time: every thread on every tick, waiting ones included
+    /// (marked idle), so blocked and idle threads show.
+    Wall,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cpu => "cpu",
+            Mode::Wall => "wall",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "cpu" => Some(Mode::Cpu),
+            "wall" => Some(Mode::Wall),
+            _ => None,
+        }
+    }
+}
+
 /// A recorded frame with this bit set is not an address but an index the
 /// [`StackRewrite`] that produced it gives meaning to (a JavaScript
 /// function's name). User-space addresses never have the top bit set.
@@ -83,6 +125,17 @@ pub trait StackRewrite: Send {
 
     /// Called once when the session ends.
     fn finish(&mut self) {}
+}
+
+/// What a backend counted over a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendCounters {
+    /// Samples lost for lack of a free capture buffer.
+    pub lost: u64,
+    /// Stacks read from outside their thread's known stack.
+    pub foreign_stacks: u64,
+    /// Another library replaced the sampling signal's handler.
+    pub signal_taken_over: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -138,4 +191,25 @@ pub trait Backend: Send {
     /// At stop: waits up to `timeout_ns` for outstanding captures, reports
     /// them, and abandons the rest safely.
     fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>));
+
+    /// Whether the kernel can sample threads for their CPU time here
+    /// (per-thread CPU-time timers). Without, CPU mode runs on the tick
+    /// loop.
+    fn has_cpu_timers(&self) -> bool {
+        false
+    }
+
+    /// CPU mode with timers: from now on, give every thread (those known
+    /// and those `refresh_threads` finds) a timer of `interval_ns` of its
+    /// CPU time; captures then arrive through `collect`.
+    fn start_cpu_timers(&mut self, _interval_ns: u64) {}
+
+    /// Sets code ranges that keep frame pointers without unwind information
+    /// (V8's builtins), for the unwinder.
+    fn set_frame_pointer_code(&mut self, _ranges: Vec<std::ops::Range<u64>>) {}
+
+    /// Counters the backend keeps itself, added to the session's at the end.
+    fn backend_counters(&self) -> BackendCounters {
+        BackendCounters::default()
+    }
 }

@@ -18,6 +18,9 @@ pub struct SampleRecord {
     pub stack: u32,
     pub idle: bool,
     pub cpu_delta_ns: u64,
+    /// Sampling intervals the row stands for: consecutive idle samples with
+    /// the same stack, or CPU-timer expirations, share one row.
+    pub weight: u32,
 }
 
 /// The buffer had no room; the sample was not stored.
@@ -32,6 +35,7 @@ pub struct SampleBuffer {
     pub stack: Vec<u32>,
     pub idle: Vec<u8>,
     pub cpu_delta_ns: Vec<u64>,
+    pub weight: Vec<u32>,
     capacity: usize,
 }
 
@@ -43,6 +47,7 @@ impl SampleBuffer {
             stack: Vec::with_capacity(capacity),
             idle: Vec::with_capacity(capacity),
             cpu_delta_ns: Vec::with_capacity(capacity),
+            weight: Vec::with_capacity(capacity),
             capacity,
         }
     }
@@ -63,7 +68,8 @@ impl SampleBuffer {
         self.len() >= self.capacity
     }
 
-    pub fn push(&mut self, s: SampleRecord) -> Result<(), BufferFull> {
+    /// Appends a row; returns its index.
+    pub fn push(&mut self, s: SampleRecord) -> Result<usize, BufferFull> {
         if self.is_full() {
             return Err(BufferFull);
         }
@@ -72,7 +78,22 @@ impl SampleBuffer {
         self.stack.push(s.stack);
         self.idle.push(s.idle as u8);
         self.cpu_delta_ns.push(s.cpu_delta_ns);
-        Ok(())
+        self.weight.push(s.weight);
+        Ok(self.len() - 1)
+    }
+
+    /// Adds `weight` idle samples with `stack` to row `row`, if that row is
+    /// idle with the same stack; false (and nothing changed) otherwise.
+    pub fn extend_idle_run(&mut self, row: usize, stack: u32, weight: u32, cpu_delta_ns: u64) -> bool {
+        let same = self.idle.get(row) == Some(&1) && self.stack.get(row) == Some(&stack);
+        match (same, self.weight.get_mut(row), self.cpu_delta_ns.get_mut(row)) {
+            (true, Some(w), Some(c)) if w.checked_add(weight).is_some() => {
+                *w += weight;
+                *c += cpu_delta_ns;
+                true
+            }
+            _ => false,
+        }
     }
 
     pub fn get(&self, i: usize) -> Option<SampleRecord> {
@@ -82,6 +103,7 @@ impl SampleBuffer {
             stack: *self.stack.get(i)?,
             idle: *self.idle.get(i)? != 0,
             cpu_delta_ns: *self.cpu_delta_ns.get(i)?,
+            weight: *self.weight.get(i)?,
         })
     }
 
@@ -96,7 +118,14 @@ mod tests {
     use super::*;
 
     fn rec(i: u32) -> SampleRecord {
-        SampleRecord { thread: i % 3, time_ns: i as u64 * 10, stack: i, idle: i.is_multiple_of(2), cpu_delta_ns: 7 }
+        SampleRecord {
+            thread: i % 3,
+            time_ns: i as u64 * 10,
+            stack: i,
+            idle: i.is_multiple_of(2),
+            cpu_delta_ns: 7,
+            weight: 1,
+        }
     }
 
     #[test]
@@ -106,7 +135,7 @@ mod tests {
         let (mut ok, mut dropped) = (0, 0);
         for i in 0..250 {
             match b.push(rec(i)) {
-                Ok(()) => ok += 1,
+                Ok(_) => ok += 1,
                 Err(BufferFull) => dropped += 1,
             }
         }
@@ -117,6 +146,21 @@ mod tests {
         assert_eq!((b.thread.as_ptr(), b.time_ns.as_ptr()), ptrs, "never reallocated");
         assert_eq!(b.get(5), Some(rec(5)));
         assert_eq!(b.get(100), None);
+    }
+
+    #[test]
+    fn idle_runs_share_a_row() {
+        let mut b = SampleBuffer::with_capacity(10);
+        let idle = SampleRecord { thread: 0, time_ns: 10, stack: 4, idle: true, cpu_delta_ns: 1, weight: 1 };
+        let row = b.push(idle).unwrap();
+        assert!(b.extend_idle_run(row, 4, 2, 5));
+        assert_eq!((b.weight[row], b.cpu_delta_ns[row], b.len()), (3, 6, 1));
+        assert!(!b.extend_idle_run(row, 5, 1, 0), "another stack");
+        let busy = b.push(SampleRecord { idle: false, ..idle }).unwrap();
+        assert!(!b.extend_idle_run(busy, 4, 1, 0), "a busy row");
+        assert!(!b.extend_idle_run(99, 4, 1, 0), "no such row");
+        b.weight[row] = u32::MAX;
+        assert!(!b.extend_idle_run(row, 4, 1, 0), "the weight would overflow");
     }
 
     #[test]

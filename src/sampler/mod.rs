@@ -14,4 +14,5 @@ pub mod stats;
 pub mod stopped_window;
 pub mod thread_id;
 pub mod timebase;
+pub mod unwind;
 pub mod walker;

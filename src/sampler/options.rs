@@ -16,6 +16,9 @@ pub const BUFFER_SAMPLES_MIN: usize = 1;
 pub const BUFFER_SAMPLES_MAX: usize = 100_000_000;
 /// 1 M samples: 100 s of 100 threads at 100 Hz. Reserved, not resident.
 pub const BUFFER_SAMPLES_DEFAULT: usize = 1_000_000;
+pub const DURATION_MS_MIN: u64 = 1;
+/// About 31 years: the largest duration in ms that fits a u64 of ns.
+pub const DURATION_MS_MAX: u64 = 1_000_000_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerOptions {
@@ -25,6 +28,12 @@ pub struct SamplerOptions {
     pub buffer_samples: usize,
     /// Carry an idle thread's previous stack forward instead of stopping it.
     pub idle_skip: bool,
+    /// What a sample stands for: CPU time (default) or wall-clock time.
+    pub mode: super::backend::Mode,
+    /// Stop sampling this long after the start (the session still ends at
+    /// `stop()`), measured by the sampler thread, so it holds however busy
+    /// the JavaScript threads are.
+    pub duration_ns: Option<u64>,
     /// Name JavaScript frames from V8 where the thread's isolate is known.
     pub js_names: bool,
 }
@@ -37,6 +46,8 @@ impl Default for SamplerOptions {
             native_unwinding: true,
             buffer_samples: BUFFER_SAMPLES_DEFAULT,
             idle_skip: true,
+            mode: super::backend::Mode::Cpu,
+            duration_ns: None,
             js_names: true,
         }
     }
@@ -61,6 +72,17 @@ impl SamplerOptions {
     pub fn with_max_stack_depth(mut self, depth: f64) -> Result<Self, SamplerError> {
         self.max_stack_depth =
             integer_in_range("maxStackDepth", depth, MAX_STACK_DEPTH_MIN as u64, MAX_STACK_DEPTH_MAX as u64)? as usize;
+        Ok(self)
+    }
+
+    pub fn with_duration_ms(mut self, ms: f64) -> Result<Self, SamplerError> {
+        self.duration_ns = Some(integer_in_range("durationMs", ms, DURATION_MS_MIN, DURATION_MS_MAX)? * 1_000_000);
+        Ok(self)
+    }
+
+    pub fn with_mode(mut self, mode: &str) -> Result<Self, SamplerError> {
+        self.mode = super::backend::Mode::parse(mode)
+            .ok_or_else(|| SamplerError::inval(format!("mode must be 'cpu' or 'wall', got '{mode}'")))?;
         Ok(self)
     }
 

@@ -1,16 +1,19 @@
 //! The sampler thread: one per process, shared by every caller.
 //!
-//! Each tick it refreshes the thread list (at most every
-//! `REFRESH_PERIOD_NS`), collects captures the backend finished since the
-//! last tick, applies the idle rule, and asks the backend to capture the
-//! rest. Ticks follow absolute deadlines; when the loop falls behind it skips
-//! the missed ticks (counted in `ticksMissed`) instead of bursting to catch
-//! up, so a stall never produces a clump of samples.
+//! In CPU mode where the kernel has per-thread CPU timers (Linux), threads
+//! are interrupted by their own timers and the loop only wakes to find new
+//! threads and drain the captures. Otherwise it ticks at the sampling
+//! interval on absolute deadlines; when it falls behind it skips the missed
+//! ticks (`ticksMissed`) instead of bursting, so a stall never produces a
+//! clump of samples. Each tick reads the CPU clock of the threads and:
+//! - in wall mode, captures the threads that ran since their last sample
+//!   and records the others' previous stack again, marked idle (the idle
+//!   rule: blocked threads are not interrupted at all);
+//! - in CPU mode, captures a thread once it has used an interval of CPU
+//!   time, weighted by the intervals it used.
 //!
-//! The idle rule: a thread whose CPU time has not advanced since its last
-//! sample is not stopped again; its previous stack is recorded once more,
-//! marked idle. Blocked threads are then not interrupted at all, and the cost
-//! of a tick grows with the number of running threads, not all threads.
+//! Consecutive idle samples of a thread with the same stack are one row
+//! with a weight, so idle threads cannot crowd busy ones out of the buffer.
 
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -20,14 +23,13 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rustc_hash::FxHashMap;
 
-use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, StackRewrite};
+use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, Mode, StackRewrite};
 use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
 use super::options::SamplerOptions;
 use super::registry::{ThreadEntry, ThreadRegistry};
 use super::stacks::StackTable;
 use super::stats::{Stats, StatsSnapshot};
-use super::walker::WalkEnd;
 
 /// How often the thread list is refreshed at most.
 pub const REFRESH_PERIOD_NS: u64 = 20_000_000;
@@ -41,6 +43,13 @@ pub const LONG_IDLE_NS: u64 = 100_000_000;
 pub const LONG_IDLE_CHECK_NS: u64 = 50_000_000;
 /// How long `stop()` waits for captures still in flight.
 pub const FINISH_TIMEOUT_NS: u64 = 50_000_000;
+
+/// How often the loop wakes in CPU mode with timers, for an interval: often
+/// enough that captures do not pile up (handlers also wake it when many
+/// wait), rarely enough to cost next to nothing.
+pub fn timer_drain_period(interval_ns: u64) -> u64 {
+    interval_ns.saturating_mul(8).clamp(10_000_000, 50_000_000)
+}
 
 /// State shared between the sampler thread and the rest of the process.
 #[derive(Default)]
@@ -113,6 +122,10 @@ struct ThreadState {
     index: u32,
     last_cpu_ns: Option<u64>,
     last_stack: Option<u32>,
+    /// The buffer row of its last sample, for merging idle runs.
+    last_row: Option<usize>,
+    /// CPU mode on the tick loop: CPU time used since the last capture.
+    cpu_acc_ns: u64,
     /// CPU time used since the last recorded sample.
     cpu_delta_ns: u64,
     /// When the thread last gained CPU time (or was first seen).
@@ -132,7 +145,16 @@ enum TickAction {
 
 impl ThreadState {
     fn new(index: u32, now_ns: u64) -> Self {
-        ThreadState { index, last_cpu_ns: None, last_stack: None, cpu_delta_ns: 0, active_ns: now_ns, next_check_ns: 0 }
+        ThreadState {
+            index,
+            last_cpu_ns: None,
+            last_stack: None,
+            last_row: None,
+            cpu_acc_ns: 0,
+            cpu_delta_ns: 0,
+            active_ns: now_ns,
+            next_check_ns: 0,
+        }
     }
 
     /// A thread idle this long is long-idle: its CPU clock is read only every
@@ -197,6 +219,10 @@ struct Session<'a> {
     /// Scratch for a merged stack.
     merged: Vec<u64>,
     max_depth: usize,
+    interval_ns: u64,
+    mode: Mode,
+    /// CPU mode driven by the backend's timers.
+    mode_timers: bool,
 }
 
 impl<'a> Session<'a> {
@@ -213,6 +239,9 @@ impl<'a> Session<'a> {
             rewrite,
             merged: Vec::with_capacity(256),
             max_depth: options.max_stack_depth,
+            interval_ns: options.interval_ns,
+            mode: options.mode,
+            mode_timers: false,
         }
     }
 
@@ -238,11 +267,25 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn push(&mut self, rec: SampleRecord) {
+    /// Records a sample of thread `tid`: a new row, or one more on its last
+    /// row when both are idle with the same stack.
+    fn push(&mut self, tid: u64, rec: SampleRecord) {
         let stats = &self.shared.stats;
+        let Some(st) = self.state.get_mut(&tid) else { return };
+        if rec.idle {
+            if let Some(row) = st.last_row {
+                if self.samples.extend_idle_run(row, rec.stack, rec.weight, rec.cpu_delta_ns) {
+                    stats.samples_captured.add(rec.weight as u64);
+                    return;
+                }
+            }
+        }
         match self.samples.push(rec) {
-            Ok(()) => stats.samples_captured.add(1),
-            Err(_) => stats.samples_dropped.add(1),
+            Ok(row) => {
+                st.last_row = Some(row);
+                stats.samples_captured.add(rec.weight as u64);
+            }
+            Err(_) => stats.samples_dropped.add(rec.weight as u64),
         };
     }
 
@@ -262,14 +305,10 @@ impl<'a> Session<'a> {
         if let Some(d) = c.delivery_ns {
             stats.delivery_hist.record(d);
         }
-        if c.walk_error {
+        if c.walk_error() {
             stats.walk_errors.add(1);
         }
-        match c.end {
-            WalkEnd::Truncated => stats.truncated_stacks.add(1),
-            WalkEnd::Complete if c.frames.len() > 1 => stats.stacks_reaching_root.add(1),
-            _ => {}
-        }
+        stats.record_end(c.end);
         let Some(st) = self.state.get_mut(&c.tid) else {
             // The thread left the list between request and capture; its
             // stack is still a true sample of it, but we no longer have a
@@ -294,14 +333,30 @@ impl<'a> Session<'a> {
                 &self.leaf[..]
             }
         };
-        let (index, cpu_delta_ns) = (st.index, std::mem::take(&mut st.cpu_delta_ns));
+        let index = st.index;
+        let (weight, cpu_delta_ns) = match (self.mode, self.mode_timers) {
+            (Mode::Cpu, true) => (c.weight, c.weight as u64 * self.interval_ns),
+            (Mode::Cpu, false) => {
+                // Stands for the whole intervals of CPU time used since the
+                // last capture; the remainder carries over.
+                let n = (st.cpu_acc_ns / self.interval_ns.max(1)).clamp(1, u32::MAX as u64);
+                st.cpu_acc_ns = st.cpu_acc_ns.saturating_sub(n * self.interval_ns);
+                (n as u32, std::mem::take(&mut st.cpu_delta_ns))
+            }
+            (Mode::Wall, _) => (c.weight, std::mem::take(&mut st.cpu_delta_ns)),
+        };
         match self.stacks.intern(frames) {
             Ok(stack) => {
                 st.last_stack = Some(stack);
-                self.push(SampleRecord { thread: index, time_ns: c.time_ns, stack, idle: false, cpu_delta_ns });
+                let idle = c.off_cpu && self.mode == Mode::Wall;
+                let rec = SampleRecord { thread: index, time_ns: c.time_ns, stack, idle, cpu_delta_ns, weight };
+                if idle {
+                    stats.idle_samples.add(weight as u64);
+                }
+                self.push(c.tid, rec);
             }
             Err(_) => {
-                stats.samples_dropped.add(1);
+                stats.samples_dropped.add(weight as u64);
             }
         }
     }
@@ -330,9 +385,16 @@ pub fn run<B: Backend>(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64() * 1000.0)
         .unwrap_or(0.0);
-    let mut schedule = Schedule::new(start_ns, options.interval_ns);
+    let timers = options.mode == Mode::Cpu && backend.has_cpu_timers();
+    session.mode_timers = timers;
+    if timers {
+        backend.start_cpu_timers(options.interval_ns);
+    }
+    let period = if timers { timer_drain_period(options.interval_ns) } else { options.interval_ns };
+    let mut schedule = Schedule::new(start_ns, period);
     let mut last_refresh: Option<u64> = None;
     let mut last_full_refresh = start_ns;
+    let sampling_ends = options.duration_ns.map(|d| start_ns.saturating_add(d));
     if let Some(f) = on_tick.as_mut() {
         f(start_ns);
     }
@@ -343,8 +405,20 @@ pub fn run<B: Backend>(
             Err(TryRecvError::Empty) => {}
         }
         let now = backend.now_ns();
-        if now < schedule.next_ns {
-            backend.sleep_until(schedule.next_ns.min(now + MAX_SLEEP_NS));
+        if sampling_ends.is_some_and(|end| now >= end) {
+            // The duration is over: keep what was recorded and wait for stop().
+            break;
+        }
+        let due = match sampling_ends {
+            Some(end) => schedule.next_ns.min(end),
+            None => schedule.next_ns,
+        };
+        if now < due {
+            backend.sleep_until(due.min(now + MAX_SLEEP_NS));
+            // Woken early by captures piling up (timers): drain them now.
+            if timers && backend.now_ns() < due {
+                backend.collect(&mut |c| session.on_capture(c));
+            }
             continue;
         }
 
@@ -364,37 +438,52 @@ pub fn run<B: Backend>(
 
         backend.collect(&mut |c| session.on_capture(c));
 
-        batch.clear();
-        for entry in &live {
-            let Some(st) = session.state.get_mut(&entry.tid) else { continue };
-            let checked = st.needs_cpu_check(now, options.idle_skip);
-            let cpu = if checked {
-                match backend.thread_cpu_ns(entry) {
-                    Ok(cpu) => cpu,
-                    Err(_) => {
-                        stats.threads_skipped.add(1);
-                        continue;
+        if !timers {
+            batch.clear();
+            for entry in &live {
+                let Some(st) = session.state.get_mut(&entry.tid) else { continue };
+                let checked = st.needs_cpu_check(now, options.idle_skip);
+                let cpu = if checked {
+                    match backend.thread_cpu_ns(entry) {
+                        Ok(cpu) => cpu,
+                        Err(_) => {
+                            stats.threads_skipped.add(1);
+                            continue;
+                        }
                     }
+                } else {
+                    None
+                };
+                let before = st.cpu_delta_ns;
+                let action = st.decide(cpu, checked, now, idle_threshold, options.idle_skip);
+                if options.mode == Mode::Cpu {
+                    // Sampled for the CPU time used: capture once an interval
+                    // of it has accumulated; nothing for the time waited.
+                    st.cpu_acc_ns += st.cpu_delta_ns - before;
+                    let first = st.last_stack.is_none() && cpu.is_some();
+                    if st.cpu_acc_ns >= options.interval_ns || first {
+                        batch.push(*entry);
+                    }
+                    continue;
                 }
-            } else {
-                None
-            };
-            match st.decide(cpu, checked, now, idle_threshold, options.idle_skip) {
-                TickAction::CarryForward(stack) => {
-                    let cpu_delta_ns = std::mem::take(&mut st.cpu_delta_ns);
-                    let rec = SampleRecord { thread: st.index, time_ns: now, stack, idle: true, cpu_delta_ns };
-                    stats.idle_samples.add(1);
-                    session.push(rec);
+                match action {
+                    TickAction::CarryForward(stack) => {
+                        let cpu_delta_ns = std::mem::take(&mut st.cpu_delta_ns);
+                        let rec =
+                            SampleRecord { thread: st.index, time_ns: now, stack, idle: true, cpu_delta_ns, weight: 1 };
+                        stats.idle_samples.add(1);
+                        session.push(entry.tid, rec);
+                    }
+                    TickAction::Capture => batch.push(*entry),
                 }
-                TickAction::Capture => batch.push(*entry),
             }
-        }
-        let cfg = CaptureConfig {
-            max_depth: options.max_stack_depth,
-            native_unwinding: shared.native_unwinding.load(Relaxed),
-        };
-        if !batch.is_empty() {
-            backend.request(&batch, cfg, &mut |c| session.on_capture(c));
+            let cfg = CaptureConfig {
+                max_depth: options.max_stack_depth,
+                native_unwinding: shared.native_unwinding.load(Relaxed),
+            };
+            if !batch.is_empty() {
+                backend.request(&batch, cfg, &mut |c| session.on_capture(c));
+            }
         }
         // After the request: every thread stopped by it has been resumed.
         if let Some(f) = on_tick.as_mut() {
@@ -405,12 +494,20 @@ pub fn run<B: Backend>(
         }
 
         let skipped = schedule.advance(backend.now_ns());
-        if skipped > 0 {
+        if skipped > 0 && !timers {
             stats.ticks_missed.add(skipped);
         }
     }
 
     backend.finish(FINISH_TIMEOUT_NS, &mut |c| session.on_capture(c));
+    let counters = backend.backend_counters();
+    stats.samples_lost.add(counters.lost);
+    stats.foreign_stacks.add(counters.foreign_stacks);
+    stats.signal_taken_over.set(counters.signal_taken_over as u64);
+    if sampling_ends.is_some() {
+        // Sampling ended early; the session lasts until stop() all the same.
+        let _ = stop.recv();
+    }
     if let Some(rw) = session.rewrite.as_mut() {
         rw.finish();
     }
@@ -499,6 +596,7 @@ mod tests {
     use super::*;
     use crate::sampler::backend::{SkipReason, ThreadGone};
     use crate::sampler::registry::ThreadName;
+    use crate::sampler::unwind::StackEnd;
     use crate::sampler::walker::StackBounds;
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
     use std::sync::Mutex;
@@ -564,6 +662,7 @@ mod tests {
         cpu: Arc<Mutex<FxHashMap<u64, u64>>>,
         requests: Arc<AtomicU64>,
         stack: [u64; 3],
+        cpu_step: u64,
         ticks_left: Arc<AtomicU64>,
         stop_tx: Sender<()>,
     }
@@ -609,10 +708,12 @@ mod tests {
                     tid: t.tid,
                     time_ns: self.now_ns(),
                     frames: &self.stack,
-                    end: WalkEnd::Complete,
+                    end: StackEnd::Root,
                     stopped_ns: 1000,
                     delivery_ns: None,
-                    walk_error: false,
+                    weight: 1,
+                    off_cpu: false,
+                    lr: 0,
                     runtime_frames: &[],
                     tos: 0,
                     frame_words: &[],
@@ -622,7 +723,7 @@ mod tests {
             // thread 2, which is idle.
             for (tid, v) in self.cpu.lock().unwrap().iter_mut() {
                 if *tid != 2 {
-                    *v += 100;
+                    *v += self.cpu_step;
                 }
             }
             if self.ticks_left.fetch_sub(1, SeqCst) == 1 {
@@ -642,6 +743,7 @@ mod tests {
             cpu: Arc::new(Mutex::new(cpu)),
             requests: requests.clone(),
             stack: [0x30, 0x20, 0x10],
+            cpu_step: 100,
             ticks_left: Arc::new(AtomicU64::new(ticks)),
             stop_tx: tx,
         };
@@ -653,12 +755,19 @@ mod tests {
         let (b, rx, _) = fake(10, &[1, 2]);
         let shared = Shared::default();
         shared.native_unwinding.store(true, SeqCst);
-        let rec =
-            run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, Hooks::default());
+        let rec = run(
+            b,
+            SamplerOptions { interval_ns: 1_000_000, mode: Mode::Wall, ..Default::default() },
+            &shared,
+            rx,
+            Hooks::default(),
+        );
         assert_eq!(rec.threads.len(), 2, "{:?}", rec.threads);
         assert!(rec.threads.iter().all(|t| t.tid != 999), "sampler thread is not sampled");
-        // Ticks may exceed requests by one: the stop is seen at the next loop turn.
-        assert_eq!(rec.samples.len(), 20);
+        // 20 samples: thread 1's ten, thread 2's first and its nine idle
+        // ones, which share a row.
+        assert_eq!(rec.samples.len(), 12);
+        assert_eq!(rec.samples.weight.iter().map(|&w| w as u64).sum::<u64>(), 20);
         assert_eq!(rec.stats.samples_captured, 20);
         assert_eq!(rec.stats.threads_sampled, rec.stats.samples_captured + rec.stats.samples_dropped);
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30, 0x20, 0x10]);
@@ -668,15 +777,24 @@ mod tests {
     fn idle_thread_is_not_stopped_again() {
         let (b, rx, requests) = fake(10, &[1, 2]);
         let shared = Shared::default();
-        let rec =
-            run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, Hooks::default());
+        let rec = run(
+            b,
+            SamplerOptions { interval_ns: 1_000_000, mode: Mode::Wall, ..Default::default() },
+            &shared,
+            rx,
+            Hooks::default(),
+        );
         // Thread 1: 10 requests. Thread 2: the first request (no stack yet),
         // then 9 idle samples carrying that stack forward.
         assert_eq!(requests.load(SeqCst), 11);
         assert_eq!(rec.stats.idle_samples, 9);
         let t2 = rec.threads.iter().position(|t| t.tid == 2).unwrap() as u32;
-        let idle_for_t2 = (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] == t2 && rec.samples.idle[i] == 1);
-        assert_eq!(idle_for_t2.count(), 9);
+        let idle_for_t2: Vec<usize> =
+            (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] == t2 && rec.samples.idle[i] == 1).collect();
+        // One row for the run, weighing 9 samples.
+        assert_eq!(idle_for_t2.len(), 1);
+        assert_eq!(rec.samples.weight[idle_for_t2[0]], 9);
+        assert_eq!(rec.stats.samples_captured, 20, "samples, not rows");
         // CPU deltas: thread 1 used 100 ns per tick after the first.
         let t1 = rec.threads.iter().position(|t| t.tid == 1).unwrap() as u32;
         let cpu: u64 =
@@ -685,10 +803,37 @@ mod tests {
     }
 
     #[test]
+    fn cpu_mode_samples_threads_for_the_cpu_time_they_use() {
+        // Thread 1 uses 2.5 ms of CPU per 1 ms tick; thread 2 none.
+        let (mut b, rx, requests) = fake(40, &[1, 2]);
+        b.cpu_step = 2_500_000;
+        let shared = Shared::default();
+        let opts = SamplerOptions { interval_ns: 1_000_000, mode: Mode::Cpu, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, Hooks::default());
+        let weight_of = |tid: u64| {
+            let t = rec.threads.iter().position(|t| t.tid == tid).unwrap() as u32;
+            (0..rec.samples.len())
+                .filter(|&i| rec.samples.thread[i] == t)
+                .map(|i| rec.samples.weight[i] as u64)
+                .sum::<u64>()
+        };
+        // Thread 2 is captured once (its first stack) and never again; no
+        // idle samples in CPU mode.
+        assert_eq!(weight_of(2), 1);
+        assert_eq!(rec.stats.idle_samples, 0);
+        // Thread 1's weights add up to its CPU time in intervals (2.5 per
+        // tick), within the interval that is still accumulating.
+        let cpu_ms = 2.5 * (rec.stats.ticks as f64 - 1.0);
+        let w = weight_of(1) as f64;
+        assert!((w - cpu_ms).abs() <= 3.0, "{w} samples for {cpu_ms} ms of CPU");
+        assert!(requests.load(SeqCst) >= 30);
+    }
+
+    #[test]
     fn skips_and_drops_are_counted_exactly() {
         let (b, rx, _) = fake(20, &[1, 3]);
         let shared = Shared::default();
-        let opts = SamplerOptions { interval_ns: 1_000_000, buffer_samples: 5, ..Default::default() };
+        let opts = SamplerOptions { interval_ns: 1_000_000, buffer_samples: 5, mode: Mode::Wall, ..Default::default() };
         let rec = run(b, opts, &shared, rx, Hooks::default());
         assert_eq!(rec.samples.len(), 5);
         assert_eq!(rec.stats.samples_captured, 5);
@@ -702,7 +847,8 @@ mod tests {
         let (b, rx, _) = fake(3, &[1]);
         let shared = Shared::default();
         shared.native_unwinding.store(false, SeqCst);
-        let opts = SamplerOptions { interval_ns: 1_000_000, native_unwinding: false, ..Default::default() };
+        let opts =
+            SamplerOptions { interval_ns: 1_000_000, native_unwinding: false, mode: Mode::Wall, ..Default::default() };
         let arc = Arc::new(shared);
         let rec = run(b, opts, &arc, rx, Hooks::default());
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30]);
@@ -718,13 +864,16 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
             threads.lock().unwrap()[0].1 = false;
         });
-        let rec =
-            run(b, SamplerOptions { interval_ns: 1_000_000, ..Default::default() }, &shared, rx, Hooks::default());
+        let rec = run(
+            b,
+            SamplerOptions { interval_ns: 1_000_000, mode: Mode::Wall, ..Default::default() },
+            &shared,
+            rx,
+            Hooks::default(),
+        );
         handle.join().unwrap();
         assert_eq!(rec.stats.walk_errors, 0);
-        assert_eq!(
-            rec.stats.threads_sampled + rec.stats.threads_skipped,
-            rec.samples.len() as u64 + rec.stats.threads_skipped
-        );
+        let samples: u64 = rec.samples.weight.iter().map(|&w| w as u64).sum();
+        assert_eq!(rec.stats.threads_sampled + rec.stats.threads_skipped, samples + rec.stats.threads_skipped);
     }
 }

@@ -129,6 +129,14 @@ pub struct Stats {
     /// Samples a [`StackRewrite`](super::backend::StackRewrite) merged
     /// runtime frames into.
     pub js_samples: Counter,
+    pub samples_lost: Counter,
+    pub foreign_stacks: Counter,
+    pub ended_truncated_copy: Counter,
+    pub ended_no_unwind_info: Counter,
+    pub ended_bad_cfa: Counter,
+    pub ended_not_executable: Counter,
+    pub ended_copy_failed: Counter,
+    pub signal_taken_over: Counter,
     /// How long a thread is stopped per sample (suspend to resume, or
     /// signal-handler entry to exit).
     pub suspend_hist: Histogram,
@@ -172,6 +180,26 @@ macro_rules! with_stats_fields {
             stacks_reaching_root,
             /// Samples whose runtime (JavaScript) frames were merged in.
             js_samples,
+            /// Samples lost because every capture buffer was in use.
+            samples_lost,
+            /// Samples whose stack pointer was outside the thread's own stack
+            /// (a fiber, a WebAssembly or signal stack): read with a call that
+            /// cannot fault.
+            foreign_stacks,
+            /// Stacks cut because the copy was too short for them.
+            ended_truncated_copy,
+            /// Stacks that ended in code without unwind information.
+            ended_no_unwind_info,
+            /// Stacks that ended at a frame whose unwind information gave no
+            /// usable caller.
+            ended_bad_cfa,
+            /// Stacks that ended at a return address outside all code.
+            ended_not_executable,
+            /// Samples whose stack could not be copied (the pc only).
+            ended_copy_failed,
+            /// 1 if another library took the sampling signal over while
+            /// sampling: samples stopped arriving.
+            signal_taken_over,
             /// Median stop, in nanoseconds (from a histogram; within 12.5 %).
             suspend_p50_ns,
             /// 99th-percentile stop, in nanoseconds.
@@ -227,11 +255,33 @@ impl Stats {
             &self.sampler_cpu_ns,
             &self.stacks_reaching_root,
             &self.js_samples,
+            &self.samples_lost,
+            &self.foreign_stacks,
+            &self.ended_truncated_copy,
+            &self.ended_no_unwind_info,
+            &self.ended_bad_cfa,
+            &self.ended_not_executable,
+            &self.ended_copy_failed,
+            &self.signal_taken_over,
         ] {
             c.set(0);
         }
         self.suspend_hist.reset();
         self.delivery_hist.reset();
+    }
+
+    /// Counts why a stack ended.
+    pub fn record_end(&self, end: super::unwind::StackEnd) {
+        use super::unwind::StackEnd::*;
+        match end {
+            Root => self.stacks_reaching_root.add(1),
+            DepthLimit => self.truncated_stacks.add(1),
+            TruncatedCopy => self.ended_truncated_copy.add(1),
+            NoUnwindInfo => self.ended_no_unwind_info.add(1),
+            BadCfa => self.ended_bad_cfa.add(1),
+            NotExecutable => self.ended_not_executable.add(1),
+            CopyFailed | NoPc => self.ended_copy_failed.add(1),
+        }
     }
 
     /// Records one stop of a thread.
@@ -263,6 +313,14 @@ impl Stats {
             sampler_cpu_ns: self.sampler_cpu_ns.get(),
             stacks_reaching_root: self.stacks_reaching_root.get(),
             js_samples: self.js_samples.get(),
+            samples_lost: self.samples_lost.get(),
+            foreign_stacks: self.foreign_stacks.get(),
+            ended_truncated_copy: self.ended_truncated_copy.get(),
+            ended_no_unwind_info: self.ended_no_unwind_info.get(),
+            ended_bad_cfa: self.ended_bad_cfa.get(),
+            ended_not_executable: self.ended_not_executable.get(),
+            ended_copy_failed: self.ended_copy_failed.get(),
+            signal_taken_over: self.signal_taken_over.get(),
             suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
             suspend_p99_ns: Histogram::percentile(&suspend, 0.99),
             delivery_p50_ns: Histogram::percentile(&delivery, 0.50),

@@ -56,6 +56,18 @@ pub enum WalkEnd {
     NoPc,
 }
 
+impl From<WalkEnd> for super::unwind::StackEnd {
+    fn from(e: WalkEnd) -> Self {
+        use super::unwind::StackEnd;
+        match e {
+            WalkEnd::Complete => StackEnd::Root,
+            WalkEnd::Truncated => StackEnd::DepthLimit,
+            WalkEnd::BadFramePointer => StackEnd::NoUnwindInfo,
+            WalkEnd::NoPc => StackEnd::NoPc,
+        }
+    }
+}
+
 /// The result of one walk. The frames are in the caller's output slice,
 /// `out[..depth]`, leaf first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -134,6 +134,7 @@ mod tests {
             sample_stack: vec![1, 1, 1],
             sample_idle: vec![0; 3],
             sample_cpu_delta_ns: vec![0; 3],
+            sample_weight: vec![1; 3],
             interval_ns: 1_000,
             threads: vec![crate::profile::ThreadRecord { tid: 1, name: "w".into(), is_main: false }],
             ..Default::default()
@@ -170,6 +171,7 @@ mod tests {
             sample_stack: vec![0],
             sample_idle: vec![0],
             sample_cpu_delta_ns: vec![0],
+            sample_weight: vec![1],
             ..Default::default()
         };
         let before = p.clone();

@@ -22,6 +22,8 @@ use super::events::{code_map, V8Ranges};
 use super::merge::{class_of, lookup_code, merge_stacks, AddrClass, Merged};
 use super::slots;
 use crate::sampler::backend::{CapturedStack, StackRewrite, TAGGED_FRAME};
+use crate::sampler::unwind::StackEnd;
+use crate::sampler::walker::WalkEnd;
 
 /// Ranges recorded when each JS thread registered, by tid. Read at harvest
 /// time, when the thread's isolate may already be gone, so they are copied
@@ -38,6 +40,22 @@ pub fn forget_ranges(tid: u64) {
     if let Some(m) = RANGES.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
         m.remove(&tid);
     }
+}
+
+/// V8's builtins (the embedded blob and its remapped copy) of every
+/// registered thread: code that keeps frame pointers without unwind
+/// information.
+pub fn builtin_ranges() -> Vec<std::ops::Range<u64>> {
+    let map = RANGES.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut out = Vec::new();
+    for r in map.iter().flat_map(|m| m.values()) {
+        for c in [r.embedded, r.embedded_alias] {
+            if c.len > 0 {
+                out.push(c.start..c.start.saturating_add(c.len));
+            }
+        }
+    }
+    out
 }
 
 fn ranges_of(tid: u64) -> V8Ranges {
@@ -105,6 +123,17 @@ impl V8JsFrames {
         });
         self.by_raw.insert(raw.to_string(), i);
         TAGGED_FRAME | i as u64
+    }
+}
+
+/// How the merge sees the end of a native stack: complete, cut at the
+/// depth limit, or cut short (where JS frames V8 found beyond it go on).
+fn walk_end(e: StackEnd) -> WalkEnd {
+    match e {
+        StackEnd::Root => WalkEnd::Complete,
+        StackEnd::DepthLimit => WalkEnd::Truncated,
+        StackEnd::NoPc => WalkEnd::NoPc,
+        _ => WalkEnd::BadFramePointer,
     }
 }
 
@@ -178,7 +207,7 @@ impl StackRewrite for V8JsFrames {
             self.native.insert(1, c.tos);
         }
         self.merged.clear();
-        merge_stacks(&self.native, c.end, &self.js, &classify, &mut self.merged);
+        merge_stacks(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
         let merged = std::mem::take(&mut self.merged);
         for m in &merged {
             match *m {
@@ -202,7 +231,6 @@ impl StackRewrite for V8JsFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::walker::WalkEnd;
 
     #[test]
     fn interning_tags_and_dedups() {
@@ -224,10 +252,12 @@ mod tests {
             tid: 1,
             time_ns: 0,
             frames: &[0x1000, 0x2000],
-            end: WalkEnd::Complete,
+            end: StackEnd::Root,
             stopped_ns: 0,
             delivery_ns: None,
-            walk_error: false,
+            weight: 1,
+            off_cpu: false,
+            lr: 0,
             runtime_frames: &[],
             tos: 0x1234,
             frame_words: &[],

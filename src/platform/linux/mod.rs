@@ -1,30 +1,44 @@
-//! The Linux backend: threads from `/proc/self/task`, stacks captured by a
-//! real-time signal whose handler records the thread's own stack into a
-//! preallocated slot and returns (`signal`). A thread is stopped only for
-//! the time of its own handler; it never waits for another thread. Why not
-//! park the thread instead: `docs/design/linux-self-walk.md`.
+//! The Linux backend. Threads come from `/proc/self/task`; each sample is
+//! a signal whose handler, on the stopped thread, copies its registers and
+//! live stack into a preallocated record and returns (`signal`,
+//! `capture`); the sampler thread unwinds the copy afterwards with the
+//! modules' CFI (`crate::sampler::unwind`, fed by `code`). A thread is
+//! stopped only for the time of its own handler and never waits for
+//! another thread (`docs/design/linux-self-walk.md`).
 //!
-//! - The signal is a free real-time signal, never SIGPROF (V8's).
-//! - Stack bounds come from `/proc/self/maps`, looked up on the sampler
-//!   thread for the sp a handler reported; a new thread gets one probe
-//!   signal that only reports its sp, so its bounds are known by its first
-//!   real sample.
-//! - Idle threads (per-thread CPU clock not advancing) are not signalled;
-//!   neither are threads that block the signal (counted as skipped).
+//! - CPU mode: every thread gets a timer on its own CPU-time clock
+//!   (`timers`), so only threads that run are interrupted, in proportion
+//!   to the CPU time they use.
+//! - Wall mode: the sampler signals, each tick, the threads that ran since
+//!   their last sample (the idle rule).
+//! - Threads that block the signal, or wait for signals in `sigtimedwait`
+//!   (where their mask cannot be read), are never signalled, and are
+//!   rechecked once a second.
+//! - Stack bounds are validated on the sampler thread from the stack
+//!   pointer and thread pointer a handler reported and `/proc/self/maps`
+//!   (see `signal` for why that makes the handler's reads safe).
 
+pub mod capture;
+pub mod code;
 pub mod modules;
 pub mod procfs;
 pub mod signal;
+pub mod timers;
 
 use rustc_hash::FxHashMap;
 
-use crate::sampler::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone};
+use crate::sampler::backend::{
+    Backend, BackendCounters, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS,
+};
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-use crate::sampler::walker::StackBounds;
+use crate::sampler::unwind::{StackCopy, StackEnd, Unwinder, Unwound};
+use crate::sampler::walker::{Registers, StackBounds};
 
-use procfs::MemoryMap;
-use signal::{Harvest, FLAG_BOUNDS_MISS};
+use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TRUNCATED};
+use procfs::Maps;
+use signal::Bounds;
+use timers::CpuTimer;
 
 /// Listing `/proc/self/task` costs about 0.4 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
@@ -32,8 +46,7 @@ use signal::{Harvest, FLAG_BOUNDS_MISS};
 /// this often, to catch one thread exiting while another starts.
 const LIST_PERIOD_NS: u64 = 100_000_000;
 
-/// How long a thread that blocks the signal is left alone before its mask is
-/// checked again.
+/// How often every thread's signal mask is checked again.
 const MASK_RECHECK_NS: u64 = 1_000_000_000;
 
 /// Serving a sampling signal costs an idle thread 5-25 µs of CPU time on the
@@ -41,38 +54,43 @@ const MASK_RECHECK_NS: u64 = 1_000_000_000;
 /// thread is treated as idle, so one signal does not make it look busy.
 const IDLE_CPU_THRESHOLD_NS: u64 = 50_000;
 
+/// `/proc/self/maps` is read again for JIT code at most this often.
+const MAPS_PERIOD_NS: u64 = 20_000_000;
+
+/// How long `finish` waits for handlers that were already running.
+const FINISH_GRACE_NS: u64 = 5_000_000;
+
 struct LinuxThread {
     slot: Option<u32>,
-    bounds: StackBounds,
-    /// The stack pointer seen at the last capture, to re-resolve bounds.
-    last_sp: u64,
+    timer: Option<CpuTimer>,
     blocks_signal: bool,
     mask_checked_ns: u64,
-    /// A probe for the stack pointer is in flight; its result is not a sample.
-    probing: bool,
 }
 
 pub struct LinuxBackend {
     signal: i32,
     pid: u64,
     threads: FxHashMap<u64, LinuxThread>,
-    /// Threads with a request or probe in flight: the only ones `collect`
-    /// has to look at.
-    in_flight: Vec<u64>,
     tasks: procfs::TaskList,
     tids: Vec<u64>,
     listed_ns: u64,
     buf: Vec<u8>,
-    /// Threads whose bounds must be looked up before their next request.
-    need_bounds: Vec<(u64, u64)>,
-}
-
-/// The CPU-time clock id of another thread of this process, as the kernel's
-/// `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` builds it.
-fn thread_cpu_clock(tid: u64) -> libc::clockid_t {
-    const CPUCLOCK_PERTHREAD: libc::clockid_t = 4;
-    const CPUCLOCK_SCHED: libc::clockid_t = 2;
-    (!(tid as libc::clockid_t) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+    pool: &'static Pool,
+    /// CPU mode: the timers' interval.
+    timer_interval_ns: Option<u64>,
+    cfg: CaptureConfig,
+    unwinder: Option<Unwinder>,
+    unwound: Unwound,
+    words: Vec<[u64; FRAME_WORDS]>,
+    done: Vec<u32>,
+    maps_read_ns: Option<u64>,
+    /// Stacks whose bounds the next refresh should validate: (slot, sp,
+    /// thread pointer, is main).
+    need_bounds: Vec<(u32, u64, u64, bool)>,
+    lost: u64,
+    foreign: u64,
+    taken_over: bool,
+    frame_pointer_code: Vec<std::ops::Range<u64>>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
@@ -86,79 +104,207 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
-impl LinuxThread {
-    /// Asks the thread for its stack pointer only, so its bounds can be
-    /// looked up before it is first sampled.
-    fn probe(&mut self, tid: u64) -> bool {
-        if self.slot.is_none() {
-            self.slot = signal::acquire(tid);
-        }
-        let Some((index, slot)) = self.slot.and_then(|i| Some((i, signal::slot(i)?))) else { return false };
-        if let Some(value) = slot.arm(index, StackBounds::EMPTY, 1, monotonic_ns()) {
-            if signal::send(tid, value).is_ok() {
-                self.probing = true;
-            } else {
-                slot.disarm();
-            }
-        }
-        self.probing
-    }
+/// Capture records for a machine with `cpus` CPUs: enough for every CPU to
+/// be sampled several times between two drains of the pool.
+fn pool_size(cpus: usize) -> usize {
+    (cpus * 16).clamp(32, 512)
+}
+
+fn cpu_count() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
 }
 
 impl LinuxBackend {
     pub fn new() -> Result<Self, SamplerError> {
         let signal = signal::install()?;
-        let mut backend = LinuxBackend {
+        let pool = capture::ensure_pool(pool_size(cpu_count()));
+        signal::set_wake_threshold((pool.len() / 4) as u32);
+        let tasks = procfs::TaskList::open().map_err(|e| {
+            SamplerError::new(ErrorCode::NotSup, format!("cannot list threads in /proc/self/task: {e}"))
+        })?;
+        Ok(LinuxBackend {
             signal,
             pid: std::process::id() as u64,
             threads: FxHashMap::default(),
-            in_flight: Vec::new(),
-            tasks: procfs::TaskList::open().map_err(|e| {
-                SamplerError::new(ErrorCode::NotSup, format!("cannot list threads in /proc/self/task: {e}"))
-            })?,
+            tasks,
             tids: Vec::new(),
             listed_ns: 0,
             buf: Vec::with_capacity(4096),
+            pool,
+            timer_interval_ns: None,
+            cfg: CaptureConfig { max_depth: crate::sampler::options::MAX_STACK_DEPTH_DEFAULT, native_unwinding: true },
+            unwinder: None,
+            unwound: Unwound::default(),
+            words: Vec::with_capacity(256),
+            done: Vec::with_capacity(pool.len()),
+            maps_read_ns: None,
             need_bounds: Vec::new(),
-        };
-        backend.reclaim_slots();
-        Ok(backend)
+            lost: 0,
+            foreign: 0,
+            taken_over: false,
+            frame_pointer_code: Vec::new(),
+        })
     }
 
-    /// Frees slots a previous session left owned, where that is now safe.
-    fn reclaim_slots(&mut self) {
-        let _ = self.tasks.list(&mut self.tids);
-        for (_, slot) in signal::owned_slots() {
-            let gone = self.tids.binary_search(&slot.owner()).is_err();
-            slot.release(gone);
+    /// The unwinder, built on first use (on the sampler thread).
+    fn unwinder(&mut self) -> &mut Unwinder {
+        if self.unwinder.is_none() {
+            let mut u = Unwinder::default();
+            for m in code::loaded_code(|_| false) {
+                u.add_module(m);
+            }
+            u.set_frame_pointer_code(self.frame_pointer_code.clone());
+            self.unwinder = Some(u);
+            self.refresh_code(true);
         }
+        self.unwinder.get_or_insert_with(Unwinder::default)
+    }
+
+    /// Reads `/proc/self/maps` again for JIT code, and takes in objects
+    /// loaded since; at most every `MAPS_PERIOD_NS` unless `force`. Returns
+    /// the maps read, for bounds.
+    fn refresh_code(&mut self, force: bool) -> Option<Maps> {
+        let now = monotonic_ns();
+        if !force && self.maps_read_ns.is_some_and(|t| now.saturating_sub(t) < MAPS_PERIOD_NS) {
+            return None;
+        }
+        self.maps_read_ns = Some(now);
+        let maps = Maps::read().ok()?;
+        if let Some(u) = self.unwinder.as_mut() {
+            for m in code::loaded_code(|start| u.has_module_at(start)) {
+                u.add_module(m);
+            }
+            let jit = code::jit_regions(&maps.text, |a| u.has_module_at(a));
+            u.set_jit_regions(jit);
+        }
+        Some(maps)
+    }
+
+    fn start_timer(&mut self, tid: u64) {
+        let Some(interval) = self.timer_interval_ns else { return };
+        let signal = self.signal;
+        let Some(t) = self.threads.get_mut(&tid) else { return };
+        if t.blocks_signal || t.timer.is_some() {
+            return;
+        }
+        let Some(slot) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
+        t.timer = CpuTimer::start(tid, signal, slot, interval).ok();
     }
 
     fn forget(&mut self, tid: u64) {
-        if let Some(t) = self.threads.remove(&tid) {
-            if let Some(slot) = t.slot.and_then(signal::slot) {
-                // The thread is gone, so no handler can run for it; if one
-                // is mid-write the slot simply stays owned until reclaimed.
-                slot.release(true);
+        if let Some(mut t) = self.threads.remove(&tid) {
+            // The timer goes first, so nothing signals the slot after.
+            t.timer = None;
+            if let Some(s) = t.slot.and_then(signal::slot) {
+                s.release();
             }
         }
     }
 
-    /// Looks up stack bounds for threads whose handler reported an sp
-    /// outside the bounds it was given.
-    fn resolve_bounds(&mut self, registry: Option<&ThreadRegistry>) {
+    /// Whether a thread must not be signalled: it blocks the signal, or
+    /// waits for signals where its mask cannot be read.
+    fn must_not_signal(&mut self, tid: u64) -> bool {
+        let blocks = procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(true);
+        blocks || procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false)
+    }
+
+    /// Validates the bounds handlers asked for.
+    fn resolve_bounds(&mut self) {
         if self.need_bounds.is_empty() {
             return;
         }
-        let Ok(maps) = MemoryMap::read() else { return };
-        for (tid, sp) in self.need_bounds.drain(..) {
-            if let (Some(t), Some(b)) = (self.threads.get_mut(&tid), maps.find(sp)) {
-                t.bounds = b;
-                if let Some(r) = registry {
-                    r.update(tid, None, Some(b));
-                }
+        let maps = match self.refresh_code(true) {
+            Some(m) => m,
+            None => match Maps::read() {
+                Ok(m) => m,
+                Err(_) => return,
+            },
+        };
+        for (index, sp, tcb, is_main) in self.need_bounds.drain(..) {
+            let Some(slot) = signal::slot(index) else { continue };
+            if let Some(b) = maps.thread_stack(sp, tcb, is_main) {
+                slot.set_bounds(Bounds { lo: b.lo, hi: b.hi, tcb });
             }
         }
+    }
+
+    /// Unwinds one record and reports it.
+    fn report(&mut self, index: u32, sink: &mut dyn FnMut(Capture<'_>)) {
+        let Some(record) = self.pool.record(index) else { return };
+        let d = signal::record_data(record);
+        let Some(slot) = signal::slot(d.slot).filter(|s| s.gen() == d.gen && s.owner() != 0) else {
+            // Its thread left, or the slot was reused: a stale capture.
+            return;
+        };
+        let tid = slot.owner();
+        let is_main = tid == self.pid;
+        if d.flags & FLAG_FOREIGN_STACK != 0 {
+            self.foreign += 1;
+            let b = slot.bounds();
+            if b.tcb != d.tcb || !(b.lo <= d.sp && d.sp < b.hi) {
+                self.need_bounds.push((d.slot, d.sp, d.tcb, is_main));
+            }
+        }
+        let regs = Registers { pc: d.pc, sp: d.sp, fp: d.fp, lr: d.lr };
+        let copy_words = (d.copy_words as usize).min(d.stack.len());
+        let copy = StackCopy {
+            start: d.copy_start,
+            words: &d.stack[..copy_words],
+            truncated: d.flags & FLAG_TRUNCATED != 0,
+            tail: &d.tail[..(d.tail_len as usize).min(d.tail.len())],
+        };
+        let max_depth = if self.cfg.native_unwinding { self.cfg.max_depth } else { 1 };
+        let mut end = if d.flags & FLAG_NO_COPY != 0 || max_depth <= 1 {
+            self.unwound.frames.clear();
+            self.unwound.fps.clear();
+            self.unwound.frames.push(d.pc);
+            self.unwound.fps.push(d.fp);
+            if d.flags & FLAG_NO_COPY != 0 {
+                StackEnd::CopyFailed
+            } else {
+                StackEnd::DepthLimit
+            }
+        } else {
+            let mut unwound = std::mem::take(&mut self.unwound);
+            let mut end = self.unwinder().unwind(regs, &copy, max_depth, &mut unwound);
+            if end == StackEnd::NotExecutable && self.refresh_code(false).is_some() {
+                // New JIT code or a new library: look again once.
+                end = self.unwinder().unwind(regs, &copy, max_depth, &mut unwound);
+            }
+            self.unwound = unwound;
+            end
+        };
+        if d.pc == 0 {
+            end = StackEnd::NoPc;
+        }
+        // Words below each frame pointer, and the word at sp, for V8.
+        self.words.clear();
+        let js = crate::v8::thread_registered(tid);
+        if js && copy_words > 0 {
+            for &fp in self.unwound.fps.iter().take(capture::RUNTIME_FRAMES * 2) {
+                let mut w = [0u64; FRAME_WORDS];
+                for (slot, &off) in w.iter_mut().zip(&crate::v8::slots::OFFSETS) {
+                    *slot = fp.checked_sub(off).and_then(|a| copy.read(a)).unwrap_or(0);
+                }
+                self.words.push(w);
+            }
+        }
+        let tos = if js { copy.read(d.sp).unwrap_or(0) } else { 0 };
+        let runtime = &d.runtime[..(d.runtime_len as usize).min(d.runtime.len())];
+        sink(Capture::Stack(CapturedStack {
+            tid,
+            time_ns: d.enter_ns,
+            frames: &self.unwound.frames,
+            end,
+            stopped_ns: d.exit_ns.saturating_sub(d.enter_ns),
+            delivery_ns: (d.sent_ns != 0).then(|| d.enter_ns.saturating_sub(d.sent_ns)),
+            weight: d.overrun.saturating_add(1),
+            off_cpu: d.flags & FLAG_IN_SYSCALL != 0,
+            lr: d.lr,
+            runtime_frames: runtime,
+            tos,
+            frame_words: &self.words,
+        }));
     }
 }
 
@@ -168,17 +314,17 @@ impl Backend for LinuxBackend {
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
         // With more runnable threads than cores, a normal-priority sampler
-        // waits for a time slice after each wake-up and misses ticks (a
-        // third of them at 1 kHz with two busy threads on two cores). The
+        // waits for a time slice after each wake-up and misses ticks. The
         // lowest real-time priority lets it run on time; it sleeps between
-        // ticks and uses a few percent of a core at most, and the kernel's
-        // real-time throttling bounds it regardless. Without the privilege
-        // (CAP_SYS_NICE or RLIMIT_RTPRIO) this fails and it stays normal.
+        // ticks, and the kernel's real-time throttling bounds it regardless.
+        // Without the privilege (CAP_SYS_NICE or RLIMIT_RTPRIO) this fails
+        // and it stays normal.
         if std::env::var_os("MACHSAMPLER_NO_REALTIME").is_none() {
             let param = libc::sched_param { sched_priority: 1 };
             // SAFETY: changes only the calling thread's policy; `param` is valid.
             unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
         }
+        let _ = self.unwinder();
     }
 
     fn now_ns(&self) -> u64 {
@@ -186,74 +332,80 @@ impl Backend for LinuxBackend {
     }
 
     fn sleep_until(&self, deadline_ns: u64) {
-        let ts = libc::timespec {
-            tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: `ts` is valid; the remaining-time pointer may be null with
-        // TIMER_ABSTIME. EINTR just returns early; the caller loops.
-        unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+        signal::sleep_until(deadline_ns, signal::WAKE.load(std::sync::atomic::Ordering::Acquire));
     }
 
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
         let now = monotonic_ns();
         let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
-        if !full && unchanged && now.saturating_sub(self.listed_ns) < LIST_PERIOD_NS && !self.threads.is_empty() {
-            return;
-        }
-        if self.tasks.list(&mut self.tids).is_err() {
-            return;
-        }
-        self.listed_ns = now;
-        // Threads that left.
-        let gone: Vec<u64> = self.threads.keys().filter(|t| self.tids.binary_search(t).is_err()).copied().collect();
-        for tid in gone {
-            self.forget(tid);
-        }
-        let tids = &self.tids;
-        registry.remove_missing(|tid| tids.binary_search(&tid).is_ok());
-        // Threads that arrived.
-        for i in 0..self.tids.len() {
-            let tid = self.tids[i];
-            if self.threads.contains_key(&tid) {
-                continue;
+        let listed_recently = now.saturating_sub(self.listed_ns) < LIST_PERIOD_NS;
+        if full || !unchanged || !listed_recently || self.threads.is_empty() {
+            if self.tasks.list(&mut self.tids).is_err() {
+                return;
             }
-            let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
-            let blocks = procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(false);
-            let mut t = LinuxThread {
-                slot: None,
-                bounds: StackBounds::EMPTY,
-                last_sp: 0,
-                blocks_signal: blocks,
-                mask_checked_ns: now,
-                probing: false,
-            };
-            // The sampler thread blocks all signals, so it is never probed.
-            if !blocks && t.probe(tid) {
-                self.in_flight.push(tid);
+            self.listed_ns = now;
+            let gone: Vec<u64> = self.threads.keys().filter(|t| self.tids.binary_search(t).is_err()).copied().collect();
+            for tid in gone {
+                self.forget(tid);
             }
-            self.threads.insert(tid, t);
-            let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
-            entry.is_main = tid == self.pid;
-            registry.add(entry);
+            let tids = &self.tids;
+            registry.remove_missing(|tid| tids.binary_search(&tid).is_ok());
+            for i in 0..self.tids.len() {
+                let tid = self.tids[i];
+                if self.threads.contains_key(&tid) {
+                    continue;
+                }
+                let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
+                let blocks = self.must_not_signal(tid);
+                let slot = signal::acquire(tid);
+                if let Some(s) = slot.and_then(signal::slot) {
+                    s.set_active(true);
+                }
+                let is_main = tid == self.pid;
+                self.threads
+                    .insert(tid, LinuxThread { slot, timer: None, blocks_signal: blocks, mask_checked_ns: now });
+                self.start_timer(tid);
+                let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
+                entry.is_main = is_main;
+                registry.add(entry);
+            }
         }
         if full {
-            for (&tid, t) in self.threads.iter() {
+            // Another library may have installed its own handler for our
+            // signal: samples then stop arriving, which must not go unsaid.
+            self.taken_over |= !signal::still_installed();
+            for (&tid, _) in self.threads.iter() {
                 let name = procfs::thread_name(tid, &mut self.buf);
-                registry.update(tid, name, Some(t.bounds));
+                registry.update(tid, name, None);
             }
             registry.compact();
-        }
-        for (&tid, t) in self.threads.iter_mut() {
-            if t.blocks_signal && now - t.mask_checked_ns >= MASK_RECHECK_NS {
-                t.blocks_signal = procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(true);
-                t.mask_checked_ns = now;
+            // Masks change: a thread may start blocking the signal, or
+            // start waiting for signals, at any time.
+            let due: Vec<u64> = self
+                .threads
+                .iter()
+                .filter(|(_, t)| now.saturating_sub(t.mask_checked_ns) >= MASK_RECHECK_NS)
+                .map(|(&tid, _)| tid)
+                .collect();
+            for tid in due {
+                let blocks = self.must_not_signal(tid);
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.blocks_signal = blocks;
+                    t.mask_checked_ns = now;
+                    if blocks {
+                        t.timer = None;
+                    }
+                }
+                if !blocks {
+                    self.start_timer(tid);
+                }
             }
         }
+        self.resolve_bounds();
     }
 
     fn thread_cpu_ns(&mut self, thread: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
-        clock_ns(thread_cpu_clock(thread.handle)).map(Some).ok_or(ThreadGone)
+        clock_ns(timers::thread_cpu_clock(thread.handle)).map(Some).ok_or(ThreadGone)
     }
 
     fn idle_cpu_threshold_ns(&self) -> u64 {
@@ -269,53 +421,25 @@ impl Backend for LinuxBackend {
     }
 
     fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
-        let mut i = 0;
-        while i < self.in_flight.len() {
-            let tid = self.in_flight[i];
-            let Some(t) = self.threads.get_mut(&tid) else {
-                self.in_flight.swap_remove(i);
-                continue;
-            };
-            let Some(slot) = t.slot.and_then(signal::slot) else {
-                self.in_flight.swap_remove(i);
-                continue;
-            };
-            let Harvest::Done(d) = slot.harvest() else {
-                i += 1;
-                continue;
-            };
-            self.in_flight.swap_remove(i);
-            t.last_sp = d.sp;
-            let probe = std::mem::take(&mut t.probing);
-            if d.flags & FLAG_BOUNDS_MISS != 0 {
-                self.need_bounds.push((tid, d.sp));
-                if !probe {
-                    sink(Capture::Skipped { tid, reason: SkipReason::BoundsUnknown });
-                }
-            } else {
-                sink(Capture::Stack(CapturedStack {
-                    tid,
-                    time_ns: d.enter_ns,
-                    frames: d.frames,
-                    end: d.end,
-                    stopped_ns: d.exit_ns.saturating_sub(d.enter_ns),
-                    delivery_ns: Some(d.enter_ns.saturating_sub(d.sent_ns)),
-                    walk_error: false,
-                    runtime_frames: d.js,
-                    tos: d.tos,
-                    frame_words: d.words,
-                }));
-            }
-            slot.consume();
+        let mut done = std::mem::take(&mut self.done);
+        self.pool.take_done(&mut done);
+        for &i in &done {
+            self.report(i, sink);
+            self.pool.free(i);
         }
-        self.resolve_bounds(None);
+        self.done = done;
+        for (_, t) in self.threads.iter() {
+            if let Some(s) = t.slot.and_then(signal::slot) {
+                self.lost += s.take_lost() as u64;
+            }
+        }
     }
 
     fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
-        let depth = if cfg.native_unwinding { cfg.max_depth } else { 1 };
+        self.cfg = cfg;
         for entry in threads {
             let tid = entry.handle;
-            let Some(t) = self.threads.get_mut(&tid) else {
+            let Some(t) = self.threads.get(&tid) else {
                 sink(Capture::Skipped { tid, reason: SkipReason::Gone });
                 continue;
             };
@@ -323,50 +447,72 @@ impl Backend for LinuxBackend {
                 sink(Capture::Skipped { tid, reason: SkipReason::Pending });
                 continue;
             }
-            if t.slot.is_none() {
-                t.slot = signal::acquire(tid);
-            }
             let Some((index, slot)) = t.slot.and_then(|i| Some((i, signal::slot(i)?))) else {
                 sink(Capture::Skipped { tid, reason: SkipReason::NoCapacity });
                 continue;
             };
-            let Some(value) = slot.arm(index, t.bounds, depth, monotonic_ns()) else {
+            if !slot.begin_send(monotonic_ns()) {
                 // The previous signal has not been served yet.
                 sink(Capture::Skipped { tid, reason: SkipReason::Pending });
                 continue;
-            };
-            match signal::send(tid, value) {
-                Ok(()) => self.in_flight.push(tid),
-                Err(errno) => {
-                    slot.disarm();
-                    let reason = if errno == libc::ESRCH { SkipReason::Gone } else { SkipReason::Pending };
-                    sink(Capture::Skipped { tid, reason });
-                }
+            }
+            if let Err(errno) = signal::send(tid, slot.value(index)) {
+                slot.cancel_send();
+                let reason = if errno == libc::ESRCH { SkipReason::Gone } else { SkipReason::Pending };
+                sink(Capture::Skipped { tid, reason });
             }
         }
     }
 
-    fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
-        let deadline = monotonic_ns() + timeout_ns;
-        loop {
-            self.collect(sink);
-            if self.in_flight.is_empty() || monotonic_ns() >= deadline {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
+    fn finish(&mut self, _timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
+        // No new signals: timers go, slots stop accepting captures.
         for t in self.threads.values_mut() {
-            if let Some(slot) = t.slot.take().and_then(signal::slot) {
-                if slot.in_flight() {
-                    // Never served (the thread is blocked or descheduled):
-                    // a late handler will find it abandoned and write nothing.
-                    slot.abandon();
-                    if !t.probing {
-                        sink(Capture::Skipped { tid: slot.owner(), reason: SkipReason::Pending });
-                    }
-                }
-                slot.release(false);
+            t.timer = None;
+            if let Some(s) = t.slot.and_then(signal::slot) {
+                s.set_active(false);
             }
+        }
+        // Handlers already past the check finish within microseconds.
+        let deadline = monotonic_ns() + FINISH_GRACE_NS;
+        while monotonic_ns() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        self.collect(sink);
+        let tids: Vec<u64> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.forget(tid);
+        }
+    }
+
+    fn has_cpu_timers(&self) -> bool {
+        true
+    }
+
+    fn start_cpu_timers(&mut self, interval_ns: u64) {
+        self.timer_interval_ns = Some(interval_ns);
+        let tids: Vec<u64> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.start_timer(tid);
+        }
+    }
+
+    fn set_frame_pointer_code(&mut self, ranges: Vec<std::ops::Range<u64>>) {
+        if let Some(u) = self.unwinder.as_mut() {
+            u.set_frame_pointer_code(ranges.clone());
+        }
+        self.frame_pointer_code = ranges;
+    }
+
+    fn backend_counters(&self) -> BackendCounters {
+        BackendCounters { lost: self.lost, foreign_stacks: self.foreign, signal_taken_over: self.taken_over }
+    }
+}
+
+impl Drop for LinuxBackend {
+    fn drop(&mut self) {
+        let tids: Vec<u64> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.forget(tid);
         }
     }
 }
@@ -378,16 +524,105 @@ mod tests {
     #[test]
     fn thread_cpu_clock_reads_this_thread() {
         let tid = crate::sampler::thread_id::current();
-        let a = clock_ns(thread_cpu_clock(tid)).unwrap();
+        let a = clock_ns(timers::thread_cpu_clock(tid)).unwrap();
         let mut x = 0u64;
         for i in 0..2_000_000u64 {
             x = x.wrapping_add(i * i);
         }
         std::hint::black_box(x);
-        let b = clock_ns(thread_cpu_clock(tid)).unwrap();
+        let b = clock_ns(timers::thread_cpu_clock(tid)).unwrap();
         assert!(b > a);
         // Thread ids are below pid_max, so pid_max itself names no thread.
         let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
-        assert!(clock_ns(thread_cpu_clock(pid_max)).is_none(), "no such thread");
+        assert!(clock_ns(timers::thread_cpu_clock(pid_max)).is_none(), "no such thread");
+    }
+}
+
+#[cfg(test)]
+mod capture_tests {
+    use super::*;
+    use crate::sampler::registry::ThreadRegistry;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    fn own_cpu_ns() -> u64 {
+        clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+    }
+
+    /// A chain of calls the optimizer keeps, so the stack has known depth.
+    #[inline(never)]
+    fn deep(n: u32, until: u64) -> u64 {
+        if n == 0 {
+            let mut x = 0u64;
+            while own_cpu_ns() < until {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            return x;
+        }
+        std::hint::black_box(deep(n - 1, until)).wrapping_add(n as u64)
+    }
+
+    struct Seen {
+        tid: u64,
+        frames: Vec<u64>,
+        end: StackEnd,
+        weight: u32,
+    }
+
+    /// Samples, in CPU mode at 1 ms, a thread that runs `deep(depth)` for
+    /// 300 ms of its CPU time.
+    fn sample_deep_thread(depth: u32) -> (u64, Vec<Seen>, BackendCounters) {
+        let mut b = LinuxBackend::new().unwrap();
+        b.prepare_sampler_thread();
+        let registry = ThreadRegistry::default();
+        let go = Arc::new(AtomicBool::new(false));
+        let target = Arc::new(AtomicU64::new(0));
+        let (g, t) = (go.clone(), target.clone());
+        let worker = std::thread::spawn(move || {
+            t.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
+            while !g.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            deep(depth, own_cpu_ns() + 300_000_000)
+        });
+        while target.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        b.refresh_threads(&registry, true);
+        b.start_cpu_timers(1_000_000);
+        go.store(true, Ordering::SeqCst);
+        let mut seen = Vec::new();
+        let mut sink = |c: Capture<'_>| {
+            if let Capture::Stack(s) = c {
+                seen.push(Seen { tid: s.tid, frames: s.frames.to_vec(), end: s.end, weight: s.weight });
+            }
+        };
+        while !worker.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            b.refresh_threads(&registry, false);
+            b.collect(&mut sink);
+        }
+        b.finish(0, &mut sink);
+        worker.join().unwrap();
+        (target.load(Ordering::SeqCst), seen, b.backend_counters())
+    }
+
+    #[test]
+    fn cpu_mode_copies_and_unwinds_a_thread_to_its_root() {
+        let (tid, seen, counters) = sample_deep_thread(12);
+        let mine: Vec<&Seen> = seen.iter().filter(|s| s.tid == tid).collect();
+        let weight: u64 = mine.iter().map(|s| s.weight as u64).sum();
+        // 300 ms of CPU at 1 ms: the weights count the intervals.
+        assert!((240..=310).contains(&weight), "{weight} intervals in {} captures", mine.len());
+        let rooted = mine.iter().filter(|s| s.end == StackEnd::Root).count();
+        assert!(rooted * 10 >= mine.len() * 9, "{rooted} of {} reached the root: {:?}", mine.len(), {
+            let mut ends: Vec<_> = mine.iter().map(|s| s.end).collect();
+            ends.dedup();
+            ends
+        });
+        // deep(12) is at least 13 frames, plus the thread's start.
+        let deep_enough = mine.iter().filter(|s| s.frames.len() >= 15).count();
+        assert!(deep_enough * 10 >= mine.len() * 9, "{deep_enough} of {}", mine.len());
+        assert_eq!(counters.lost, 0);
     }
 }

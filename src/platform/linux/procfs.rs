@@ -121,43 +121,84 @@ pub fn blocks_signal(tid: u64, signal: i32, buf: &mut Vec<u8>) -> Option<bool> {
     Some((1..=64).contains(&signal) && mask & (1u64 << (signal - 1)) != 0)
 }
 
-/// The readable mappings of the process, sorted by address, with adjacent
-/// readable mappings joined (a stack's guard page is not readable and so
-/// separates it from its neighbour).
-#[derive(Debug, Default)]
-pub struct MemoryMap {
-    ranges: Vec<(u64, u64)>,
+/// Whether the thread waits in `sigtimedwait`/`sigwaitinfo` or
+/// `sigsuspend` now. While it does, the kernel shows its signal mask
+/// without the signals it waits for, so `SigBlk` cannot be trusted: a
+/// thread that blocks every signal and loops on `sigtimedwait` shows an
+/// empty mask there.
+pub fn waits_for_signals(tid: u64, buf: &mut Vec<u8>) -> Option<bool> {
+    if !read_small(&format!("/proc/self/task/{tid}/syscall"), buf) {
+        return None;
+    }
+    let text = std::str::from_utf8(buf).ok()?;
+    let nr: i64 = match text.split_ascii_whitespace().next()? {
+        "running" => return Some(false),
+        n => n.parse().ok()?,
+    };
+    Some(nr == libc::SYS_rt_sigtimedwait || nr == libc::SYS_rt_sigsuspend)
 }
 
-impl MemoryMap {
-    pub fn read() -> std::io::Result<MemoryMap> {
-        let text = fs::read_to_string("/proc/self/maps")?;
-        Ok(Self::parse(&text))
+/// One line of `/proc/self/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub lo: u64,
+    pub hi: u64,
+    pub readable: bool,
+    pub executable: bool,
+    /// The path or pseudo-name (`[stack]`, `[vdso]`), or empty.
+    pub name: String,
+}
+
+/// The mappings of the process, sorted by address.
+#[derive(Debug, Default)]
+pub struct Maps {
+    pub text: String,
+    pub mappings: Vec<Mapping>,
+}
+
+impl Maps {
+    pub fn read() -> std::io::Result<Maps> {
+        Ok(Self::parse(fs::read_to_string("/proc/self/maps")?))
     }
 
-    pub fn parse(text: &str) -> MemoryMap {
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
+    pub fn parse(text: String) -> Maps {
+        let mut mappings = Vec::new();
         for line in text.lines() {
-            let mut parts = line.split_ascii_whitespace();
+            let mut parts = line.splitn(6, |c: char| c.is_ascii_whitespace()).filter(|p| !p.is_empty());
             let (Some(range), Some(perms)) = (parts.next(), parts.next()) else { continue };
-            if !perms.starts_with('r') {
-                continue;
-            }
             let Some((lo, hi)) = range.split_once('-') else { continue };
             let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else { continue };
-            match ranges.last_mut() {
-                Some(last) if last.1 == lo => last.1 = hi,
-                _ => ranges.push((lo, hi)),
-            }
+            let name = line.split_ascii_whitespace().nth(5).unwrap_or("").to_string();
+            let p = perms.as_bytes();
+            mappings.push(Mapping {
+                lo,
+                hi,
+                readable: p.first() == Some(&b'r'),
+                executable: p.get(2) == Some(&b'x'),
+                name,
+            });
         }
-        MemoryMap { ranges }
+        Maps { text, mappings }
     }
 
-    /// The readable range containing `addr`.
-    pub fn find(&self, addr: u64) -> Option<StackBounds> {
-        let i = self.ranges.partition_point(|&(_, hi)| hi <= addr);
-        let &(lo, hi) = self.ranges.get(i)?;
-        (lo <= addr).then_some(StackBounds::new(lo, hi))
+    /// The mapping containing `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.hi <= addr);
+        self.mappings.get(i).filter(|m| m.lo <= addr)
+    }
+
+    /// The stack a thread runs on, from a stack pointer it was seen at and
+    /// its thread pointer: for a glibc thread, the one readable mapping
+    /// holding both, below the thread's control block (which sits at the top
+    /// of its stack block); for the main thread, the `[stack]` mapping. A
+    /// stack pointer elsewhere (a fiber, a WebAssembly stack, an alternate
+    /// signal stack) gives none.
+    pub fn thread_stack(&self, sp: u64, tcb: u64, is_main: bool) -> Option<StackBounds> {
+        let m = self.find(sp).filter(|m| m.readable)?;
+        if is_main {
+            return (m.name == "[stack]").then_some(StackBounds::new(m.lo, m.hi));
+        }
+        (tcb > sp && tcb < m.hi).then_some(StackBounds::new(m.lo, tcb))
     }
 }
 
@@ -176,23 +217,31 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 ";
 
     #[test]
-    fn finds_the_readable_range_around_an_address() {
-        let m = MemoryMap::parse(MAPS);
-        assert_eq!(m.find(0x7f0000400000), Some(StackBounds::new(0x7f0000001000, 0x7f0000802000)));
-        assert_eq!(m.find(0x7ffc00020ff8), Some(StackBounds::new(0x7ffc00000000, 0x7ffc00021000)));
-        assert_eq!(m.find(0x7f0000000800), None, "guard page is not readable");
-        assert_eq!(m.find(0x7f0000850000), None, "gap");
-        assert_eq!(m.find(0xffffffffff600000), None, "execute-only");
-        assert_eq!(m.find(0), None);
+    fn thread_stacks_need_the_stack_pointer_and_the_control_block_in_one_mapping() {
+        let m = Maps::parse(MAPS.to_string());
+        assert_eq!(m.find(0x55d0a0000100).unwrap().name, "/usr/bin/node");
+        assert!(m.find(0x55d0a0000100).unwrap().executable);
+        // A glibc thread: sp and its control block in the same mapping.
+        assert_eq!(
+            m.thread_stack(0x7f0000400000, 0x7f0000800f00, false),
+            Some(StackBounds::new(0x7f0000001000, 0x7f0000800f00))
+        );
+        // Its control block elsewhere: not a stack we can vouch for.
+        assert_eq!(m.thread_stack(0x7f0000400000, 0x7f0000801100, false), None);
+        assert_eq!(m.thread_stack(0x7f0000950000, 0x7f0000800f00, false), None);
+        // The guard page is not readable.
+        assert_eq!(m.thread_stack(0x7f0000000800, 0x7f0000000f00, false), None);
+        // The main thread's is [stack], whatever its thread pointer.
+        assert_eq!(m.thread_stack(0x7ffc00020ff8, 1, true), Some(StackBounds::new(0x7ffc00000000, 0x7ffc00021000)));
+        assert_eq!(m.thread_stack(0x7f0000400000, 0x7f0000800f00, true), None);
     }
 
     #[test]
     fn reads_this_process() {
-        let m = MemoryMap::read().unwrap();
+        let m = Maps::read().unwrap();
         let local = 0u64;
         let sp = &local as *const u64 as u64;
-        let b = m.find(sp).expect("our stack is mapped");
-        assert!(b.contains(sp));
+        assert!(m.find(sp).expect("our stack is mapped").readable);
         let mut tids = Vec::new();
         list_threads(&mut tids).unwrap();
         let me = crate::sampler::thread_id::current();
@@ -200,7 +249,36 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mut buf = Vec::new();
         assert!(thread_name(me, &mut buf).is_some());
         assert_eq!(blocks_signal(me, libc::SIGRTMAX() - 1, &mut buf), Some(false));
+        assert_eq!(waits_for_signals(me, &mut buf), Some(false), "this thread is running");
         assert_eq!(thread_name(u32::MAX as u64, &mut buf), None);
+    }
+
+    #[test]
+    fn a_thread_in_sigtimedwait_is_seen_waiting() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(crate::sampler::thread_id::current()).unwrap();
+            // SAFETY: an empty-ish set and a 2 s timeout; plain data.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGUSR2);
+                let ts = libc::timespec { tv_sec: 2, tv_nsec: 0 };
+                libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+            }
+        });
+        let tid = rx.recv().unwrap();
+        let mut buf = Vec::new();
+        let mut seen = false;
+        for _ in 0..200 {
+            if waits_for_signals(tid, &mut buf) == Some(true) {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(seen);
+        t.join().unwrap();
     }
 
     #[test]

@@ -1,134 +1,179 @@
-//! The sampling signal: its handler, and the per-thread slots the handler
-//! writes into.
+//! The sampling signal and its handler.
 //!
-//! The sampler sends a real-time signal to a thread with
-//! `rt_tgsigqueueinfo`, carrying a slot index and a generation in
-//! `si_value`. The handler, running on the sampled thread, walks its own
-//! stack with the shared `walk_stack` into that slot and marks it done. The
-//! sampler harvests the slot on its next tick.
+//! A signal reaches a thread either from its CPU-time timer (CPU mode) or
+//! from the sampler thread (wall mode). Its value names the thread's
+//! [`ThreadSlot`] and the slot's generation; a signal whose slot was
+//! released or reused meanwhile, or that was not sent by us, does nothing.
 //!
-//! A slot moves through these phases; each arrow is one atomic store or CAS:
+//! The handler, on the stopped thread, takes a free [`capture::Record`],
+//! writes the registers and a copy of the live stack into it, and
+//! publishes it; the sampler unwinds it later. Stack reads cannot fault:
+//! - when the stack pointer lies inside the thread's own stack as last
+//!   validated (bounds whose top is the thread's control block, and the
+//!   thread pointer is still that control block), `[sp, top)` is the live
+//!   part of the stack the thread runs on, and is copied with `memcpy`;
+//! - otherwise (a fiber, a WebAssembly stack, an alternate signal stack, a
+//!   stack not validated yet) it is read with `process_vm_readv` on our own
+//!   process, which stops at the first unreadable page instead of faulting,
+//!   and the sampler validates bounds for the next sample.
 //!
-//! ```text
-//!  FREE --sampler arms(gen+1)--> ARMED --handler CAS--> WRITING --handler--> DONE
-//!   ^                              |                                          |
-//!   |                   sampler gives up at stop                    sampler harvests
-//!   |                              v                                          |
-//!   +---- late handler CAS ---- ABANDONED                                     |
-//!   +-------------------------------------------------------------------------+
-//! ```
+//! Everything here is async-signal-safe: atomics, `clock_gettime` (vDSO),
+//! `pthread_self`, `memcpy`, `process_vm_readv`, `futex`, and V8's
+//! `GetStackSample` (see `crate::v8::sample`). The library is linked with
+//! `-z now`, so no call goes through the lazy binder, and a
+//! [`StoppedWindow`] lets the allocation check see any allocation.
 //!
-//! The handler only writes after winning the ARMED(gen) -> WRITING(gen) CAS
-//! for the generation its signal carries, so a signal that arrives late, or
-//! twice, or from someone else, writes nothing. Slots are allocated in chunks
-//! that are never freed, so even a handler that runs after `stop()` touches
-//! valid memory.
-//!
-//! Everything the handler calls is async-signal-safe: atomics, volatile
-//! stack reads within validated bounds, `clock_gettime` (vDSO), and
-//! `pthread_self`. The library is linked with `-z now`, so no call here goes
-//! through the lazy binder.
+//! The signal is `SIGURG` when nobody else handles it: its default action
+//! is to ignore, so a signal still queued when the process `execve`s, or
+//! delivered after our handler is gone, cannot kill anything. Otherwise a
+//! free real-time signal. Never `SIGPROF`, which V8's profiler uses.
 
-use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::sampler::backend::FRAME_WORDS;
+use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY};
+use super::capture::{FLAG_TRUNCATED, RUNTIME_FRAMES, TAIL_RECORDS};
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
-use crate::sampler::walker::{walk_stack, walk_stack_visit, Registers, StackBounds, WalkEnd};
+use crate::sampler::walker::Registers;
 
-/// The deepest stack a slot can hold; the `maxStackDepth` option's maximum.
-pub const SLOT_FRAMES: usize = crate::sampler::options::MAX_STACK_DEPTH_MAX;
-const CHUNK_SLOTS: usize = 32;
-const MAX_CHUNKS: usize = 256;
+const CHUNK_SLOTS: usize = 64;
+const MAX_CHUNKS: usize = 512;
 /// Threads that can be sampled at once.
 pub const MAX_SLOTS: usize = CHUNK_SLOTS * MAX_CHUNKS;
-/// JavaScript frames kept per sample (from V8's `GetStackSample`).
-pub const SLOT_JS_FRAMES: usize = 256;
 
-const FREE: u64 = 0;
-const ARMED: u64 = 1;
-const WRITING: u64 = 2;
-const DONE: u64 = 3;
-const ABANDONED: u64 = 4;
-const PHASE_BITS: u64 = 3;
-const PHASE_MASK: u64 = (1 << PHASE_BITS) - 1;
+/// Bytes below the stack pointer that leaf code may use without moving it
+/// (the x86_64 red zone); copied too.
+#[cfg(target_arch = "x86_64")]
+const RED_ZONE: u64 = 128;
+#[cfg(not(target_arch = "x86_64"))]
+const RED_ZONE: u64 = 0;
 
-fn state(gen: u32, phase: u64) -> u64 {
-    ((gen as u64) << PHASE_BITS) | phase
-}
-
-/// What the handler leaves in a slot.
-pub const FLAG_BOUNDS_MISS: u8 = 1;
-
-/// One thread's mailbox. Cache-line aligned so handlers on different CPUs
-/// do not share lines.
+/// One thread's registration with the handler. Cache-line aligned so
+/// handlers on different CPUs do not share lines.
 #[repr(C, align(64))]
-pub struct Slot {
-    state: AtomicU64,
-    /// The tid that owns this slot, 0 when unowned.
+pub struct ThreadSlot {
+    /// The tid this slot belongs to, 0 when free.
     owner: AtomicU64,
-    // Written by the sampler before arming; read by the handler.
-    bounds_lo: AtomicU64,
-    bounds_hi: AtomicU64,
-    max_depth: AtomicU32,
+    /// Bumped when the slot is released; signals carry the value they were
+    /// sent with, and a mismatch means "not for this registration".
+    gen: AtomicU32,
+    /// Captures are wanted (cleared at stop).
+    active: AtomicBool,
+    /// A wall-mode signal is on its way.
+    pending: AtomicBool,
+    /// Validated stack bounds: `[lo, hi)` is the thread's own stack, `hi`
+    /// its control block (`tcb`). Zero while unknown.
+    lo: AtomicU64,
+    hi: AtomicU64,
+    tcb: AtomicU64,
+    /// When the pending wall-mode signal was sent.
     sent_ns: AtomicU64,
-    // Written by the handler before DONE; read by the sampler after.
-    depth: AtomicU32,
-    end: AtomicU8,
-    flags: AtomicU8,
-    sp: AtomicU64,
-    enter_ns: AtomicU64,
-    exit_ns: AtomicU64,
-    js_count: AtomicU32,
-    words_count: AtomicU32,
-    tos: AtomicU64,
-    frames: UnsafeCell<[u64; SLOT_FRAMES]>,
-    js_frames: UnsafeCell<[u64; SLOT_JS_FRAMES]>,
-    words: UnsafeCell<[[u64; FRAME_WORDS]; SLOT_JS_FRAMES]>,
+    /// Samples this thread lost for want of a free record.
+    lost: AtomicU32,
 }
 
-// SAFETY: `frames`, `js_frames` and `words` are written only by the handler that won the
-// ARMED -> WRITING CAS and read only by the sampler after it observed DONE
-// with Acquire ordering, so accesses never overlap; all other fields are
-// atomics.
-unsafe impl Sync for Slot {}
+/// What the sampler knows about a slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bounds {
+    pub lo: u64,
+    pub hi: u64,
+    pub tcb: u64,
+}
+
+impl ThreadSlot {
+    pub fn owner(&self) -> u64 {
+        self.owner.load(Ordering::Acquire)
+    }
+
+    pub fn gen(&self) -> u32 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    /// The value a signal for this slot carries.
+    pub fn value(&self, index: u32) -> u64 {
+        ((index as u64) << 32) | self.gen() as u64
+    }
+
+    pub fn set_active(&self, on: bool) {
+        self.active.store(on, Ordering::Release);
+    }
+
+    pub fn set_bounds(&self, b: Bounds) {
+        // The handler reads the three separately; a torn read can only make
+        // the bounds check fail (then the slow, safe path is taken), never
+        // pass wrongly: lo and hi are both written before tcb is.
+        self.tcb.store(0, Ordering::Release);
+        self.lo.store(b.lo, Ordering::Release);
+        self.hi.store(b.hi, Ordering::Release);
+        self.tcb.store(b.tcb, Ordering::Release);
+    }
+
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            lo: self.lo.load(Ordering::Acquire),
+            hi: self.hi.load(Ordering::Acquire),
+            tcb: self.tcb.load(Ordering::Acquire),
+        }
+    }
+
+    /// Marks a wall-mode signal as sent; false if one is still pending.
+    pub fn begin_send(&self, now_ns: u64) -> bool {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.sent_ns.store(now_ns, Ordering::Release);
+        true
+    }
+
+    /// Withdraws a send that failed.
+    pub fn cancel_send(&self) {
+        self.pending.store(false, Ordering::Release);
+    }
+
+    pub fn take_lost(&self) -> u32 {
+        self.lost.swap(0, Ordering::AcqRel)
+    }
+
+    /// Gives the slot up. Any signal still on its way carries the old
+    /// generation and will be ignored.
+    pub fn release(&self) {
+        self.active.store(false, Ordering::Release);
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        self.pending.store(false, Ordering::Release);
+        self.set_bounds(Bounds::default());
+        self.owner.store(0, Ordering::Release);
+    }
+}
 
 struct Chunk {
-    slots: [Slot; CHUNK_SLOTS],
+    slots: [ThreadSlot; CHUNK_SLOTS],
 }
 
 static CHUNKS: [AtomicPtr<Chunk>; MAX_CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS];
 
-fn new_chunk() -> Box<Chunk> {
-    // SAFETY: every field of Slot is an atomic or an array of u64, for which
-    // all-zero bytes is a valid value (FREE, unowned, empty).
-    unsafe { Box::<Chunk>::new_zeroed().assume_init() }
-}
-
 /// The slot with this index, if its chunk exists. Async-signal-safe.
 #[inline]
-pub fn slot(index: u32) -> Option<&'static Slot> {
+pub fn slot(index: u32) -> Option<&'static ThreadSlot> {
     let index = index as usize;
     let chunk = CHUNKS.get(index / CHUNK_SLOTS)?.load(Ordering::Acquire);
     if chunk.is_null() {
         return None;
     }
-    // SAFETY: non-null chunk pointers come from `Box::leak` in `acquire` and
-    // are never freed or replaced, so the reference is valid for 'static.
+    // SAFETY: published chunks come from `Box::leak` and are never freed.
     let chunk: &'static Chunk = unsafe { &*chunk };
     chunk.slots.get(index % CHUNK_SLOTS)
 }
 
-/// Gives a free slot to `tid`, allocating a new chunk if all are taken.
+/// Gives a free slot to `tid`, allocating a chunk if all are taken.
 /// Sampler thread only.
 pub fn acquire(tid: u64) -> Option<u32> {
     for (c, cell) in CHUNKS.iter().enumerate() {
         let mut chunk = cell.load(Ordering::Acquire);
         if chunk.is_null() {
-            let fresh = Box::into_raw(new_chunk());
+            // SAFETY: every ThreadSlot field is an atomic, valid when zero.
+            let fresh = Box::into_raw(unsafe { Box::<Chunk>::new_zeroed().assume_init() });
             match cell.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => chunk = fresh,
                 Err(existing) => {
@@ -138,7 +183,7 @@ pub fn acquire(tid: u64) -> Option<u32> {
                 }
             }
         }
-        // SAFETY: as in `slot`: published chunks live forever.
+        // SAFETY: as in `slot`.
         let chunk: &'static Chunk = unsafe { &*chunk };
         for (i, s) in chunk.slots.iter().enumerate() {
             if s.owner.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -149,164 +194,10 @@ pub fn acquire(tid: u64) -> Option<u32> {
     None
 }
 
-/// Outcome of harvesting a slot.
-pub enum Harvest<'a> {
-    /// Nothing was requested, or the request is still in flight.
-    NotReady,
-    Done(SlotData<'a>),
-}
-
-/// What a handler recorded.
-pub struct SlotData<'a> {
-    pub frames: &'a [u64],
-    /// V8's JavaScript frames for the same stop, leaf first.
-    pub js: &'a [u64],
-    /// The word at the stack pointer, or 0.
-    pub tos: u64,
-    /// Words below the first frames' frame pointers.
-    pub words: &'a [[u64; FRAME_WORDS]],
-    pub end: WalkEnd,
-    pub flags: u8,
-    pub sp: u64,
-    pub enter_ns: u64,
-    pub exit_ns: u64,
-    pub sent_ns: u64,
-}
-
-impl Slot {
-    fn gen(&self) -> u32 {
-        (self.state.load(Ordering::Relaxed) >> PHASE_BITS) as u32
-    }
-
-    fn phase(&self) -> u64 {
-        self.state.load(Ordering::Acquire) & PHASE_MASK
-    }
-
-    /// True if a request is outstanding (armed, or being written).
-    pub fn in_flight(&self) -> bool {
-        matches!(self.phase(), ARMED | WRITING)
-    }
-
-    /// Prepares a request and returns the `si_value` to send, or None if the
-    /// previous request is still outstanding.
-    pub fn arm(&self, index: u32, bounds: StackBounds, max_depth: usize, sent_ns: u64) -> Option<u64> {
-        let current = self.state.load(Ordering::Acquire);
-        if !matches!(current & PHASE_MASK, FREE | DONE) {
-            return None;
-        }
-        let gen = self.gen().wrapping_add(1);
-        self.bounds_lo.store(bounds.lo, Ordering::Relaxed);
-        self.bounds_hi.store(bounds.hi, Ordering::Relaxed);
-        self.max_depth.store(max_depth.min(SLOT_FRAMES) as u32, Ordering::Relaxed);
-        self.sent_ns.store(sent_ns, Ordering::Relaxed);
-        // Release: the handler's Acquire CAS sees the fields above.
-        self.state.compare_exchange(current, state(gen, ARMED), Ordering::Release, Ordering::Relaxed).ok()?;
-        Some(((index as u64) << 32) | gen as u64)
-    }
-
-    /// Withdraws a request whose signal could not be sent.
-    pub fn disarm(&self) {
-        let gen = self.gen();
-        let _ = self.state.compare_exchange(state(gen, ARMED), state(gen, FREE), Ordering::AcqRel, Ordering::Relaxed);
-    }
-
-    /// Takes a finished capture. The returned frames stay valid until the
-    /// slot is armed again, which only the caller (the sampler) does.
-    pub fn harvest(&self) -> Harvest<'_> {
-        let s = self.state.load(Ordering::Acquire);
-        if s & PHASE_MASK != DONE {
-            return Harvest::NotReady;
-        }
-        let depth = (self.depth.load(Ordering::Relaxed) as usize).min(SLOT_FRAMES);
-        // SAFETY: phase DONE (observed with Acquire, pairing with the
-        // handler's Release store) means the handler finished writing and no
-        // handler can write again until the sampler re-arms the slot.
-        let all: &[u64; SLOT_FRAMES] = unsafe { &*self.frames.get() };
-        let frames = &all[..depth];
-        let js_depth = (self.js_count.load(Ordering::Relaxed) as usize).min(SLOT_JS_FRAMES);
-        // SAFETY: as for `frames`.
-        let js_all: &[u64; SLOT_JS_FRAMES] = unsafe { &*self.js_frames.get() };
-        let js = &js_all[..js_depth];
-        let words_depth = (self.words_count.load(Ordering::Relaxed) as usize).min(SLOT_JS_FRAMES);
-        // SAFETY: as for `frames`.
-        let words_all: &[[u64; FRAME_WORDS]; SLOT_JS_FRAMES] = unsafe { &*self.words.get() };
-        let words = &words_all[..words_depth];
-        let end = match self.end.load(Ordering::Relaxed) {
-            0 => WalkEnd::Complete,
-            1 => WalkEnd::Truncated,
-            2 => WalkEnd::BadFramePointer,
-            _ => WalkEnd::NoPc,
-        };
-        // Leave it DONE (the data stays readable); `arm` accepts DONE.
-        Harvest::Done(SlotData {
-            frames,
-            js,
-            tos: self.tos.load(Ordering::Relaxed),
-            words,
-            end,
-            flags: self.flags.load(Ordering::Relaxed),
-            sp: self.sp.load(Ordering::Relaxed),
-            enter_ns: self.enter_ns.load(Ordering::Relaxed),
-            exit_ns: self.exit_ns.load(Ordering::Relaxed),
-            sent_ns: self.sent_ns.load(Ordering::Relaxed),
-        })
-    }
-
-    /// Marks a harvested capture consumed, so it is not reported twice.
-    pub fn consume(&self) {
-        let gen = self.gen();
-        let _ = self.state.compare_exchange(state(gen, DONE), state(gen, FREE), Ordering::AcqRel, Ordering::Relaxed);
-    }
-
-    /// At stop: if the request was never served, give it up so a late
-    /// signal writes nothing. Returns false if a handler is mid-write.
-    pub fn abandon(&self) -> bool {
-        let gen = self.gen();
-        match self.state.compare_exchange(state(gen, ARMED), state(gen, ABANDONED), Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => true,
-            Err(s) => s & PHASE_MASK != WRITING,
-        }
-    }
-
-    /// Releases the slot for reuse by another thread. `thread_gone` says no
-    /// handler can run for the owner any more (it is not in
-    /// `/proc/self/task`), so an unserved request can be dropped too.
-    /// Returns false if the slot must stay owned (a late signal may still
-    /// arrive and be discarded by the handler).
-    pub fn release(&self, thread_gone: bool) -> bool {
-        let s = self.state.load(Ordering::Acquire);
-        let gen = (s >> PHASE_BITS) as u32;
-        let reusable = match s & PHASE_MASK {
-            FREE | DONE => true,
-            ARMED | ABANDONED => thread_gone,
-            _ => false, // WRITING: a handler is running right now
-        };
-        if !reusable {
-            return false;
-        }
-        // Bump the generation so nothing sent earlier can match again.
-        if self
-            .state
-            .compare_exchange(s, state(gen.wrapping_add(1), FREE), Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        self.owner.store(0, Ordering::Release);
-        true
-    }
-
-    pub fn owner(&self) -> u64 {
-        self.owner.load(Ordering::Acquire)
-    }
-}
-
-/// Every slot that has an owner, for reclaiming after a previous session.
-pub fn owned_slots() -> Vec<(u32, &'static Slot)> {
+/// Every owned slot, for reclaiming after a session.
+pub fn owned_slots() -> Vec<(u32, &'static ThreadSlot)> {
     let mut out = Vec::new();
     for i in 0..MAX_SLOTS as u32 {
-        // Chunks are filled in order, so the first missing one ends the scan.
         let Some(s) = slot(i) else { break };
         if s.owner() != 0 {
             out.push((i, s));
@@ -320,18 +211,30 @@ pub fn owned_slots() -> Vec<(u32, &'static Slot)> {
 
 /// The signal we own, 0 until installed.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
-/// Our pid, cached for the handler's sender check.
+/// Our pid, for the sender check and `process_vm_readv`.
 static PID: AtomicI32 = AtomicI32::new(0);
-/// Whether the TCB clamp applies (glibc-style layout, checked at install).
-static TCB_ABOVE_STACK: AtomicBool = AtomicBool::new(false);
-/// Whether handlers also ask V8 for the thread's JavaScript frames.
+/// Whether handlers ask V8 for the thread's JavaScript frames.
 static JS_FRAMES: AtomicBool = AtomicBool::new(false);
+/// Whether `process_vm_readv` works here (a seccomp filter may forbid it).
+static VM_READV: AtomicBool = AtomicBool::new(false);
+/// Wake the sampler (futex) once this many records wait.
+static WAKE_AT: AtomicU32 = AtomicU32::new(u32::MAX);
+/// The futex word the sampler sleeps on.
+pub static WAKE: AtomicU32 = AtomicU32::new(0);
+/// Handler invocations that found no free record.
+pub static LOST: AtomicU64 = AtomicU64::new(0);
+
+static INSTALL: Mutex<()> = Mutex::new(());
 
 /// Turns V8 JavaScript frame capture in the handler on or off.
 pub fn set_js_frames(on: bool) {
     JS_FRAMES.store(on, Ordering::Release);
 }
-static INSTALL: Mutex<()> = Mutex::new(());
+
+/// Sets how many waiting records wake the sampler early.
+pub fn set_wake_threshold(n: u32) {
+    WAKE_AT.store(n.max(1), Ordering::Release);
+}
 
 #[inline]
 fn monotonic_ns() -> u64 {
@@ -342,39 +245,83 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Reads pc, sp and fp out of the interrupted context.
+/// The registers a capture needs, and whether the thread was stopped in a
+/// system call, from the kernel's `ucontext_t`.
 ///
 /// # Safety
 /// `uc` must point to the `ucontext_t` the kernel passed to an SA_SIGINFO
 /// handler.
 #[inline]
-unsafe fn registers(uc: *const libc::ucontext_t) -> Registers {
+unsafe fn registers(uc: *const libc::ucontext_t) -> (Registers, bool) {
     // SAFETY: per the function contract `uc` is valid for reads.
     let mc = unsafe { &(*uc).uc_mcontext };
     #[cfg(target_arch = "x86_64")]
     {
-        Registers {
-            pc: mc.gregs[libc::REG_RIP as usize] as u64,
+        let pc = mc.gregs[libc::REG_RIP as usize] as u64;
+        let ax = mc.gregs[libc::REG_RAX as usize] as u64;
+        // A signal that interrupts a blocking system call leaves either
+        // rax = -EINTR just after the `syscall` instruction (0f 05), or,
+        // to restart it, rax = the call's number and rip back on it. Code
+        // bytes at rip are mapped (the thread was executing there); rip - 2
+        // is read only when it is on the same page.
+        let at = |a: u64| {
+            // SAFETY: see above: `a` is rip, or rip - 2 on rip's page.
+            unsafe { (a as *const u16).read_unaligned() }
+        };
+        let eintr = ax as i64 == -(libc::EINTR as i64) && pc & 0xfff >= 2 && at(pc - 2) == 0x050f;
+        let restart = ax < 512 && pc & 0xfff <= 0xffe && at(pc) == 0x050f;
+        let regs = Registers {
+            pc,
             sp: mc.gregs[libc::REG_RSP as usize] as u64,
             fp: mc.gregs[libc::REG_RBP as usize] as u64,
             lr: 0,
-        }
+        };
+        (regs, eintr || restart)
     }
     #[cfg(target_arch = "aarch64")]
     {
-        Registers { pc: mc.pc, sp: mc.sp, fp: mc.regs[29], lr: mc.regs[30] }
+        const SVC_0: u32 = 0xd400_0001;
+        let pc = mc.pc;
+        let x0 = mc.regs[0];
+        let at = |a: u64| {
+            // SAFETY: `a` is pc, or pc - 4 on pc's page (see x86_64).
+            unsafe { (a as *const u32).read_unaligned() }
+        };
+        let eintr = x0 as i64 == -(libc::EINTR as i64) && pc & 0xfff >= 4 && at(pc - 4) == SVC_0;
+        let restart = pc & 0xfff <= 0xffc && at(pc) == SVC_0;
+        (Registers { pc, sp: mc.sp, fp: mc.regs[29], lr: mc.regs[30] }, eintr || restart)
+    }
+}
+
+/// The `si_value` of a queued or timer signal (offset 24 in both layouts),
+/// and a timer's overrun count (offset 20).
+///
+/// # Safety
+/// `info` must be the kernel's siginfo for this signal.
+#[inline]
+unsafe fn siginfo_fields(info: *const libc::siginfo_t) -> (i32, i32, u64, u32) {
+    let base = info as *const u8;
+    // SAFETY: siginfo_t is 128 bytes; these are its si_code, si_pid (or
+    // timer id), overrun and value fields, at fixed offsets on Linux LP64.
+    unsafe {
+        let code = (*info).si_code;
+        let pid = (base.add(16) as *const i32).read();
+        let overrun = (base.add(20) as *const i32).read();
+        let value = (base.add(24) as *const u64).read();
+        (code, pid, value, overrun.max(0) as u32)
     }
 }
 
 extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: __errno_location returns the calling thread's errno slot,
-    // valid for the thread's lifetime; restoring it keeps the interrupted
-    // code's view of errno intact.
+    // SAFETY: __errno_location returns the calling thread's errno slot;
+    // restoring it keeps the interrupted code's view of errno intact.
     let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.
     let saved = unsafe { *errno };
-    // SAFETY: the kernel passes valid `info` and `uc` to SA_SIGINFO handlers.
-    unsafe { handle(info, uc) };
+    if !info.is_null() && !uc.is_null() {
+        // SAFETY: the kernel passes valid `info` and `uc` to SA_SIGINFO handlers.
+        unsafe { handle(info, uc as *const libc::ucontext_t) };
+    }
     // SAFETY: as above.
     unsafe { *errno = saved };
 }
@@ -382,125 +329,175 @@ extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
 /// # Safety
 /// Called only from `on_signal` with the kernel's arguments.
 #[inline(always)]
-unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     let enter_ns = monotonic_ns();
-    if info.is_null() || uc.is_null() {
+    // SAFETY: the kernel's siginfo.
+    let (code, pid, value, overrun) = unsafe { siginfo_fields(info) };
+    let ours = code == libc::SI_TIMER || (code == libc::SI_QUEUE && pid == PID.load(Ordering::Relaxed));
+    if !ours {
         return;
-    }
-    // SAFETY: `info` is valid (checked non-null; provided by the kernel).
-    let (code, pid, value) = unsafe { ((*info).si_code, (*info).si_pid(), (*info).si_value().sival_ptr as u64) };
-    if code != libc::SI_QUEUE || pid != PID.load(Ordering::Relaxed) {
-        return; // not ours
     }
     let (index, gen) = ((value >> 32) as u32, value as u32);
     let Some(slot) = slot(index) else { return };
-    if slot
-        .state
-        .compare_exchange(state(gen, ARMED), state(gen, WRITING), Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        // Abandoned at stop: acknowledge so the slot can be reused.
-        let _ =
-            slot.state.compare_exchange(state(gen, ABANDONED), state(gen, FREE), Ordering::AcqRel, Ordering::Relaxed);
+    if slot.gen.load(Ordering::Acquire) != gen {
         return;
     }
-
+    let sent_ns = slot.sent_ns.load(Ordering::Relaxed);
+    slot.pending.store(false, Ordering::Release);
+    if !slot.active.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(pool) = capture::pool() else { return };
+    let Some(at) = pool.pop_free() else {
+        slot.lost.fetch_add(1, Ordering::Relaxed);
+        LOST.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let Some(record) = pool.record(at) else { return };
     let window = StoppedWindow::enter();
     window.fault_injection_point();
-    // SAFETY: `uc` is the kernel's ucontext for this signal.
-    let regs = unsafe { registers(uc as *const libc::ucontext_t) };
-    let mut bounds = StackBounds::new(slot.bounds_lo.load(Ordering::Relaxed), slot.bounds_hi.load(Ordering::Relaxed));
-    if TCB_ABOVE_STACK.load(Ordering::Relaxed) {
-        // With glibc, a thread's control block sits at the top of its stack
-        // block, above every frame. Capping the bounds there keeps a garbage
-        // frame pointer from reaching into a neighbouring mapping that
-        // /proc/self/maps happened to show joined to this one.
-        // SAFETY: pthread_self only reads the thread pointer.
-        let tcb = unsafe { libc::pthread_self() } as u64;
-        if tcb > regs.sp && tcb < bounds.hi {
-            bounds.hi = tcb;
-        }
-    }
-    // SAFETY: this handler won the CAS for this generation, so it is the
-    // only writer of `frames` until it publishes DONE.
-    let frames = unsafe { &mut *slot.frames.get() };
-    let max_depth = slot.max_depth.load(Ordering::Relaxed) as usize;
-    // JavaScript threads (when naming is on) also keep, for each frame, the
-    // words just below its frame pointer: V8 keeps an interpreted frame's
-    // bytecode position there (see `crate::v8::slots`).
-    let js_thread = JS_FRAMES.load(Ordering::Acquire) && max_depth > 1 && crate::v8::current_thread_registered();
-    // SAFETY: as for `frames`: this handler owns the slot until DONE.
-    let words = unsafe { &mut *slot.words.get() };
-    let mut words_count = 0u32;
-    let (walk, flags) = if bounds.contains(regs.sp) {
-        let walk = if js_thread {
-            walk_stack_visit(&regs, bounds, max_depth, frames, &mut |i, fp| {
-                if let Some(w) = words.get_mut(i) {
-                    crate::v8::slots::read(fp, bounds, w);
-                    words_count = i as u32 + 1;
-                }
-            })
-        } else {
-            walk_stack(&regs, bounds, max_depth, frames)
-        };
-        (walk, 0)
-    } else {
-        // Bounds unknown or stale (new thread, or the stack moved): record
-        // the pc and sp so the sampler can look the stack up.
-        (walk_stack(&regs, StackBounds::EMPTY, max_depth.min(1), frames), FLAG_BOUNDS_MISS)
-    };
-    let mut js_count = 0;
-    let mut tos = 0;
-    if js_thread && flags == 0 {
-        if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
-            // SAFETY: `bounds` contains sp (checked above, flags == 0) and
-            // the 8 bytes at sp end within it; the memory is this thread's
-            // own stack.
-            tos = unsafe { core::ptr::read_volatile(regs.sp as *const u64) };
-        }
+    // SAFETY: this handler popped the record from the free list: it is the
+    // record's only user until it pushes it on the done list.
+    let d = unsafe { record.data() };
+    // SAFETY: the kernel's ucontext for this signal.
+    let (regs, in_syscall) = unsafe { registers(uc) };
+    // SAFETY: pthread_self only reads the thread pointer.
+    let tcb = unsafe { libc::pthread_self() } as u64;
+    d.slot = index;
+    d.gen = gen;
+    d.enter_ns = enter_ns;
+    d.overrun = if code == libc::SI_TIMER { overrun } else { 0 };
+    d.pc = regs.pc;
+    d.sp = regs.sp;
+    d.fp = regs.fp;
+    d.lr = regs.lr;
+    d.tcb = tcb;
+    d.flags = if in_syscall { FLAG_IN_SYSCALL } else { 0 };
+    d.tail_len = 0;
+    d.runtime_len = 0;
+    let own_stack = copy_stack(slot, &regs, tcb, d);
+    if own_stack && JS_FRAMES.load(Ordering::Acquire) && crate::v8::current_thread_registered() {
         // V8's own sampler on the same registers, until the frame layout
-        // has been learned from it (then the words above say the same, for
-        // a fraction of the time). It is async-signal-safe by design (V8's
-        // profiler calls it from its SIGPROF handler); see
-        // `crate::v8::sample`.
+        // has been learned from it (see `crate::v8::slots`). Only on the
+        // thread's own stack, which V8 knows the bounds of.
         if crate::v8::slots::learned().is_none() {
-            // SAFETY: as for `frames`.
-            let js = unsafe { &mut *slot.js_frames.get() };
-            let limit = max_depth.min(SLOT_JS_FRAMES);
-            js_count = crate::v8::sample_js(&regs, &mut js[..limit]).count as u32;
+            d.runtime_len = crate::v8::sample_js(&regs, &mut d.runtime[..RUNTIME_FRAMES]).count as u32;
         }
-    } else {
-        words_count = 0;
     }
     drop(window);
-    slot.js_count.store(js_count, Ordering::Relaxed);
-    slot.words_count.store(words_count, Ordering::Relaxed);
-    slot.tos.store(tos, Ordering::Relaxed);
-    slot.depth.store(walk.depth as u32, Ordering::Relaxed);
-    slot.end.store(
-        match walk.end {
-            WalkEnd::Complete => 0,
-            WalkEnd::Truncated => 1,
-            WalkEnd::BadFramePointer => 2,
-            WalkEnd::NoPc => 3,
-        },
-        Ordering::Relaxed,
-    );
-    slot.flags.store(flags, Ordering::Relaxed);
-    slot.sp.store(regs.sp, Ordering::Relaxed);
-    slot.enter_ns.store(enter_ns, Ordering::Relaxed);
-    slot.exit_ns.store(monotonic_ns(), Ordering::Relaxed);
-    slot.state.store(state(gen, DONE), Ordering::Release);
+    d.sent_ns = if code == libc::SI_QUEUE { sent_ns } else { 0 };
+    d.exit_ns = monotonic_ns();
+    let waiting = pool.push_done(at);
+    if waiting == WAKE_AT.load(Ordering::Relaxed) {
+        wake_sampler();
+    }
+}
+
+/// Copies the live stack into `d`. Returns true when it was the thread's
+/// own, validated stack (copied directly), false otherwise.
+#[inline(always)]
+fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData) -> bool {
+    let (lo, hi, known_tcb) =
+        (slot.lo.load(Ordering::Acquire), slot.hi.load(Ordering::Acquire), slot.tcb.load(Ordering::Acquire));
+    let start = regs.sp.saturating_sub(RED_ZONE) & !7;
+    let own = known_tcb != 0 && known_tcb == tcb && lo <= start && regs.sp < hi && hi <= tcb;
+    if own {
+        let end = hi.min(start.saturating_add(COPY_BYTES as u64));
+        let words = ((end - start) / 8) as usize;
+        // SAFETY: [start, end) lies inside [lo, hi), the stack this very
+        // thread is running on (its control block is still `tcb`, at the
+        // top of that stack block), so every byte is mapped and readable;
+        // the destination is the record this handler owns.
+        unsafe { ptr::copy_nonoverlapping(start as *const u64, d.stack.as_mut_ptr(), words) };
+        d.copy_start = start;
+        d.copy_words = words as u32;
+        if end < hi {
+            d.flags |= FLAG_TRUNCATED;
+            d.tail_len = frame_records_above(regs.fp, start, end, hi, &mut d.tail) as u32;
+        }
+        return true;
+    }
+    d.flags |= FLAG_FOREIGN_STACK;
+    d.copy_start = start;
+    d.copy_words = 0;
+    if !VM_READV.load(Ordering::Relaxed) {
+        d.flags |= FLAG_NO_COPY;
+        return false;
+    }
+    let local = libc::iovec { iov_base: d.stack.as_mut_ptr().cast(), iov_len: COPY_BYTES };
+    let remote = libc::iovec { iov_base: start as *mut libc::c_void, iov_len: COPY_BYTES };
+    // SAFETY: the kernel copies from our own address space into the
+    // record, checking every page: an unreadable one ends the copy (a
+    // short count, or -1 if the first page is), it never faults.
+    let n = unsafe { libc::process_vm_readv(PID.load(Ordering::Relaxed), &local, 1, &remote, 1, 0) };
+    if n <= 0 {
+        d.flags |= FLAG_NO_COPY;
+    } else {
+        d.copy_words = (n as usize / 8) as u32;
+        if n as usize == COPY_BYTES {
+            d.flags |= FLAG_TRUNCATED;
+        }
+    }
+    false
+}
+
+/// For a stack whose copy `[start, end)` was cut below `hi`: follows the
+/// frame-pointer chain from `fp` and keeps the records at or above `end`,
+/// so the unwinder can continue through frames that keep frame pointers.
+/// Reads only 16-byte records inside `[start, hi)`, each above the last.
+#[inline(always)]
+fn frame_records_above(mut fp: u64, start: u64, end: u64, hi: u64, out: &mut [[u64; 3]; TAIL_RECORDS]) -> usize {
+    let mut n = 0;
+    let mut lo = start;
+    while n < TAIL_RECORDS {
+        if fp < lo || fp & 7 != 0 || fp.checked_add(16).is_none_or(|e| e > hi) {
+            break;
+        }
+        // SAFETY: [fp, fp + 16) lies inside [start, hi), this thread's own
+        // stack (see `copy_stack`), and fp is aligned.
+        let (next, ret) = unsafe { ((fp as *const u64).read_volatile(), ((fp + 8) as *const u64).read_volatile()) };
+        if fp >= end {
+            out[n] = [fp, next, ret];
+            n += 1;
+        }
+        if next == 0 || ret == 0 {
+            break;
+        }
+        lo = fp + 16;
+        fp = next;
+    }
+    n
+}
+
+fn wake_sampler() {
+    WAKE.fetch_add(1, Ordering::Release);
+    // SAFETY: a FUTEX_WAKE on a static word; async-signal-safe.
+    unsafe {
+        libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+    }
+}
+
+/// Sleeps until `deadline_ns` (CLOCK_MONOTONIC) or until a handler wakes
+/// the sampler, whichever comes first.
+pub fn sleep_until(deadline_ns: u64, seen: u32) {
+    let now = monotonic_ns();
+    if deadline_ns <= now || WAKE.load(Ordering::Acquire) != seen {
+        return;
+    }
+    let wait = deadline_ns - now;
+    let ts = libc::timespec { tv_sec: (wait / 1_000_000_000) as libc::time_t, tv_nsec: (wait % 1_000_000_000) as _ };
+    // SAFETY: FUTEX_WAIT on a static word with a relative timeout; it
+    // returns at once if the word is no longer `seen`.
+    unsafe {
+        libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, &ts);
+    }
 }
 
 /// Keeps this library mapped for the life of the process: the handler stays
-/// installed after `stop()` (a late signal must find it), so the code must
-/// never be unmapped, even if a worker that loaded the addon exits.
+/// installed after `stop()`, so its code must never be unmapped.
 fn pin_library() {
-    let mut info: libc::Dl_info = unsafe {
-        // SAFETY: Dl_info is plain data; zero is a valid value.
-        std::mem::zeroed()
-    };
+    // SAFETY: Dl_info is plain data; zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only inspects the loader's tables for this address.
     if unsafe { libc::dladdr(on_signal as *const libc::c_void, &mut info) } != 0 && !info.dli_fname.is_null() {
         // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
@@ -510,10 +507,25 @@ fn pin_library() {
     }
 }
 
-/// Installs the handler on a free real-time signal (never SIGPROF, which
-/// V8's CPU profiler owns) and returns the signal number. Idempotent. A
-/// signal is free if its disposition is SIG_DFL; a second copy of this addon
-/// loaded from another path therefore picks a different one.
+/// Whether `process_vm_readv` can read our own memory here.
+fn vm_readv_works(pid: i32) -> bool {
+    let src = 0x5eed_u64;
+    let mut dst = 0u64;
+    let local = libc::iovec { iov_base: (&mut dst as *mut u64).cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: (&src as *const u64).cast_mut().cast(), iov_len: 8 };
+    // SAFETY: reads 8 bytes of a local into another local.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    n == 8 && dst == src
+}
+
+fn is_free(sig: i32) -> bool {
+    // SAFETY: a null new action only reads the current disposition.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::sigaction(sig, ptr::null(), &mut old) }) == 0 && old.sa_sigaction == libc::SIG_DFL
+}
+
+/// Installs the handler and returns the signal number. Idempotent.
 pub fn install() -> Result<i32, SamplerError> {
     let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let installed = SIGNAL.load(Ordering::Acquire);
@@ -522,36 +534,35 @@ pub fn install() -> Result<i32, SamplerError> {
     }
     pin_library();
     // SAFETY: getpid cannot fail.
-    PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    TCB_ABOVE_STACK.store(tcb_is_above_stack(), Ordering::Relaxed);
-    // Warm up everything the handler calls, so nothing is resolved or
-    // initialised for the first time inside it.
+    let pid = unsafe { libc::getpid() };
+    PID.store(pid, Ordering::Relaxed);
+    VM_READV.store(vm_readv_works(pid), Ordering::Relaxed);
+    // Warm up what the handler calls, so nothing is resolved for the first
+    // time inside it.
     let _ = monotonic_ns();
     // SAFETY: pthread_self has no preconditions.
     let _ = unsafe { libc::pthread_self() };
 
     let (lo, hi) = (libc::SIGRTMIN() + 4, libc::SIGRTMAX() - 1);
-    for sig in (lo..=hi).rev() {
-        // SAFETY: sigaction with a null new action only reads the current
-        // disposition into `old`.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        if unsafe { libc::sigaction(sig, ptr::null(), &mut old) } != 0 || old.sa_sigaction != libc::SIG_DFL {
+    let candidates = std::iter::once(libc::SIGURG).chain((lo..=hi).rev());
+    for sig in candidates {
+        if !is_free(sig) {
             continue;
         }
-        // SAFETY: as above; the new action is fully initialised.
+        // SAFETY: zeroed sigaction is valid; fields set below.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = on_signal as *const () as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         // SAFETY: initialises the mask in place.
         unsafe { libc::sigemptyset(&mut act.sa_mask) };
-        // SAFETY: installs a handler that is async-signal-safe (see above)
-        // and lives forever (the library is pinned).
+        // SAFETY: installs a handler that is async-signal-safe (see the
+        // module docs) and lives forever (the library is pinned).
         if unsafe { libc::sigaction(sig, &act, ptr::null_mut()) } == 0 {
             SIGNAL.store(sig, Ordering::Release);
             return Ok(sig);
         }
     }
-    Err(SamplerError::new(ErrorCode::Busy, format!("no free real-time signal between {lo} and {hi}")))
+    Err(SamplerError::new(ErrorCode::Busy, format!("no free signal: SIGURG and {lo}..{hi} all have handlers")))
 }
 
 /// The installed signal, or 0.
@@ -559,19 +570,22 @@ pub fn installed_signal() -> i32 {
     SIGNAL.load(Ordering::Acquire)
 }
 
-/// Checks on this thread that the thread pointer lies above the stack, as
-/// with glibc's layout, before trusting it as an upper bound.
-fn tcb_is_above_stack() -> bool {
-    let local = 0u8;
-    let sp = &local as *const u8 as u64;
-    // SAFETY: pthread_self has no preconditions.
-    let tcb = unsafe { libc::pthread_self() } as u64;
-    // The main thread's TCB is not on its stack; check from a fresh thread.
-    let on_main = crate::sampler::thread_id::current() == std::process::id() as u64;
-    if on_main {
-        return std::thread::spawn(tcb_is_above_stack).join().unwrap_or(false);
+/// Whether our handler is still the one installed for our signal (another
+/// library may have taken it over).
+pub fn still_installed() -> bool {
+    let sig = installed_signal();
+    if sig == 0 {
+        return false;
     }
-    tcb > sp && tcb - sp < 64 << 20
+    // SAFETY: a null new action only reads the current disposition.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::sigaction(sig, ptr::null(), &mut old) }) == 0 && old.sa_sigaction == on_signal as *const () as usize
+}
+
+/// Whether `process_vm_readv` is usable for stacks outside known bounds.
+pub fn can_read_foreign_stacks() -> bool {
+    VM_READV.load(Ordering::Relaxed)
 }
 
 /// `siginfo_t` as `rt_tgsigqueueinfo` reads it for `SI_QUEUE`.
@@ -616,10 +630,17 @@ pub fn send(tid: u64, value: u64) -> Result<(), i32> {
     }
 }
 
+/// The records of a capture, for the sampler: `data()` of a record taken
+/// from the done list.
+pub fn record_data(record: &Record) -> &RecordData {
+    // SAFETY: the sampler calls this only for records it took from the
+    // done list and has not freed.
+    unsafe { record.data() }
+}
+
 /// The kernel's share of one sample, for the benchmark: sends the sampling
 /// signal to the calling thread with a value no slot matches, so the
-/// handler returns at once, and times each round trip (send, delivery,
-/// handler entry and exit, sigreturn). Returns the durations in ns.
+/// handler returns at once, and times each round trip. Returns ns.
 #[cfg(any(test, feature = "testing"))]
 pub fn round_trip_ns(iterations: usize) -> Result<Vec<u64>, SamplerError> {
     install()?;
@@ -640,6 +661,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn signal_is_not_sigprof_and_install_is_idempotent() {
+        let sig = install().unwrap();
+        assert_ne!(sig, libc::SIGPROF);
+        assert!(sig == libc::SIGURG || (sig >= libc::SIGRTMIN() && sig <= libc::SIGRTMAX()));
+        assert_eq!(install().unwrap(), sig);
+        assert!(still_installed());
+    }
+
+    #[test]
     fn round_trip_is_measured() {
         let t = round_trip_ns(100).unwrap();
         assert_eq!(t.len(), 100);
@@ -647,65 +677,52 @@ mod tests {
     }
 
     #[test]
-    fn signal_is_real_time_and_not_sigprof() {
-        let sig = install().unwrap();
-        assert!(sig >= libc::SIGRTMIN() && sig <= libc::SIGRTMAX());
-        assert_ne!(sig, libc::SIGPROF);
-        assert_eq!(install().unwrap(), sig, "idempotent");
-    }
-
-    #[test]
-    fn handler_walks_own_stack_via_slot() {
+    fn process_vm_readv_stops_at_an_unreadable_page() {
         install().unwrap();
-        let tid = crate::sampler::thread_id::current();
-        let index = acquire(tid).unwrap();
-        let s = slot(index).unwrap();
-        let maps = super::super::procfs::MemoryMap::read().unwrap();
-        let local = 0u64;
-        let bounds = maps.find(&local as *const u64 as u64).unwrap();
-        let value = s.arm(index, bounds, 64, monotonic_ns()).unwrap();
-        assert!(s.arm(index, bounds, 64, 0).is_none(), "one request at a time");
-        send(tid, value).unwrap();
-        // The signal is delivered to this thread before the syscall returns.
-        let Harvest::Done(d) = s.harvest() else { panic!("not delivered") };
-        assert!(d.frames.len() >= 3, "{} frames", d.frames.len());
-        assert_eq!(d.flags, 0);
-        assert!(d.exit_ns >= d.enter_ns && d.enter_ns >= d.sent_ns);
-        s.consume();
-        // A replayed (stale) signal writes nothing.
-        send(tid, value).unwrap();
-        assert!(matches!(s.harvest(), Harvest::NotReady));
-        // Unknown bounds: pc only, and the miss is flagged.
-        let value = s.arm(index, StackBounds::EMPTY, 64, 0).unwrap();
-        send(tid, value).unwrap();
-        let Harvest::Done(d) = s.harvest() else { panic!() };
-        assert_eq!(d.frames.len(), 1);
-        assert_eq!(d.flags, FLAG_BOUNDS_MISS);
-        assert!(s.release(false));
+        assert!(can_read_foreign_stacks(), "process_vm_readv is available on the test machines");
+        let page = 4096usize;
+        // SAFETY: a private anonymous mapping of three pages, the last made
+        // unreadable; unmapped at the end.
+        unsafe {
+            let base = libc::mmap(
+                ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            libc::mprotect(base.cast::<u8>().add(2 * page).cast(), page, libc::PROT_NONE);
+            let mut buf = vec![0u8; 3 * page];
+            let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: 3 * page };
+            let remote = libc::iovec { iov_base: base.cast::<u8>().add(100).cast(), iov_len: 3 * page };
+            let n = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0);
+            assert_eq!(n as usize, 2 * page - 100, "a short count up to the unreadable page");
+            libc::munmap(base, 3 * page);
+        }
     }
 
     #[test]
-    fn abandoned_request_is_acknowledged_by_a_late_handler() {
-        install().unwrap();
-        let tid = crate::sampler::thread_id::current();
-        let index = acquire(tid).unwrap();
-        let s = slot(index).unwrap();
-        let value = s.arm(index, StackBounds::EMPTY, 8, 0).unwrap();
-        assert!(s.abandon());
-        assert!(!s.release(false), "a late signal may still come");
-        send(tid, value).unwrap();
-        assert!(matches!(s.harvest(), Harvest::NotReady), "late handler wrote nothing");
-        assert!(s.release(false), "and freed the slot");
-    }
-
-    #[test]
-    fn foreign_signals_are_ignored() {
-        let sig = install().unwrap();
-        // A plain kill-style signal (SI_TKILL) from ourselves must be a no-op.
-        // SAFETY: sending our own installed signal to ourselves.
-        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::syscall(libc::SYS_gettid), sig) };
-        // Garbage si_value with a valid sender: no slot matches.
-        send(crate::sampler::thread_id::current(), u64::MAX).unwrap();
-        send(crate::sampler::thread_id::current(), 0).unwrap();
+    fn frame_records_above_the_copy_follow_the_chain_upwards() {
+        // A fake stack: frame records at words 4, 10 and 20 (byte offsets
+        // from `base`), each linking to the next; the copy ends at word 8.
+        let mut words = vec![0u64; 32];
+        let base = words.as_ptr() as u64;
+        let at = |w: u64| base + 8 * w;
+        words[4] = at(10);
+        words[5] = 0x1111;
+        words[10] = at(20);
+        words[11] = 0x2222;
+        words[20] = at(4); // a cycle back down: must stop
+        words[21] = 0x3333;
+        let mut out = [[0u64; 3]; TAIL_RECORDS];
+        let n = frame_records_above(at(4), base, at(8), base + 8 * 32, &mut out);
+        assert_eq!(n, 2);
+        assert_eq!(out[0], [at(10), at(20), 0x2222]);
+        assert_eq!(out[1], [at(20), at(4), 0x3333]);
+        // A misaligned or out-of-bounds start records nothing.
+        assert_eq!(frame_records_above(at(4) + 1, base, at(8), base + 8 * 32, &mut out), 0);
+        assert_eq!(frame_records_above(base + 8 * 40, base, at(8), base + 8 * 32, &mut out), 0);
     }
 }

@@ -1,0 +1,147 @@
+//! CPU-time timers: one POSIX timer per thread on that thread's CPU-time
+//! clock, delivering the sampling signal to that thread
+//! (`SIGEV_THREAD_ID`). The kernel interrupts a thread after each interval
+//! of its own CPU time, so idle threads cost nothing, no sampler wake-up or
+//! `tgkill` is needed per sample, and samples are proportional to CPU time.
+//! This is how Go's runtime profiler and async-profiler's `ctimer` mode
+//! sample.
+//!
+//! Timers belong to the process and outlive their thread; the backend
+//! deletes each when its thread leaves, and all of them at `stop()`, before
+//! the slots they signal are released. A forked child inherits none.
+
+use libc::{c_int, clockid_t, timer_t};
+
+/// `struct sigevent` as the kernel reads it for `SIGEV_THREAD_ID` (libc's
+/// Rust type hides the thread-id field in a union).
+#[repr(C)]
+struct SigEvent {
+    value: u64,
+    signo: c_int,
+    notify: c_int,
+    tid: c_int,
+    _pad: [c_int; 11],
+}
+const _: () = assert!(std::mem::size_of::<SigEvent>() == 64);
+
+const SIGEV_THREAD_ID: c_int = 4;
+
+/// The CPU-time clock of another thread of this process, as the kernel's
+/// `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` builds it.
+pub fn thread_cpu_clock(tid: u64) -> clockid_t {
+    const CPUCLOCK_PERTHREAD: clockid_t = 4;
+    const CPUCLOCK_SCHED: clockid_t = 2;
+    (!(tid as clockid_t) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+}
+
+/// A timer on a thread's CPU clock.
+#[derive(Debug)]
+pub struct CpuTimer(timer_t);
+
+// SAFETY: a timer id is a process-wide kernel handle, usable from any thread.
+unsafe impl Send for CpuTimer {}
+
+impl CpuTimer {
+    /// Creates a timer for thread `tid` that sends `signal` with `value`
+    /// every `interval_ns` of the thread's CPU time. Returns the errno.
+    pub fn start(tid: u64, signal: i32, value: u64, interval_ns: u64) -> Result<CpuTimer, i32> {
+        let mut ev = SigEvent { value, signo: signal, notify: SIGEV_THREAD_ID, tid: tid as c_int, _pad: [0; 11] };
+        let mut id: timer_t = std::ptr::null_mut();
+        // SAFETY: `ev` is a complete sigevent as the kernel reads it, and
+        // `id` a valid out-pointer.
+        let rc = unsafe {
+            libc::timer_create(thread_cpu_clock(tid), &mut ev as *mut SigEvent as *mut libc::sigevent, &mut id)
+        };
+        if rc != 0 {
+            return Err(errno());
+        }
+        let timer = CpuTimer(id);
+        let period = libc::timespec {
+            tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (interval_ns % 1_000_000_000) as _,
+        };
+        let spec = libc::itimerspec { it_interval: period, it_value: period };
+        // SAFETY: `id` was just created; `spec` is valid.
+        if unsafe { libc::timer_settime(timer.0, 0, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(errno());
+        }
+        Ok(timer)
+    }
+}
+
+impl Drop for CpuTimer {
+    fn drop(&mut self) {
+        // SAFETY: deletes the timer this value owns; no signal is generated
+        // by it afterwards (one already queued may still arrive, and the
+        // handler ignores it once its slot is released).
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+fn errno() -> i32 {
+    // SAFETY: reading errno right after a failed call.
+    unsafe { *libc::__errno_location() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_cpu_timer_fires_only_while_the_thread_runs() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static SIGNALS: AtomicU32 = AtomicU32::new(0);
+        static INTERVALS: AtomicU32 = AtomicU32::new(0);
+        extern "C" fn on(_: c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+            // SAFETY: the kernel's siginfo; a timer's overrun count is at
+            // offset 20.
+            let overrun = unsafe { (info as *const u8).add(20).cast::<i32>().read() };
+            SIGNALS.fetch_add(1, Ordering::Relaxed);
+            INTERVALS.fetch_add(1 + overrun.max(0) as u32, Ordering::Relaxed);
+        }
+        let sig = libc::SIGRTMIN() + 1;
+        // SAFETY: installs a trivial handler for a real-time signal this
+        // test owns; restored below.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigaction(sig, &act, &mut old);
+        }
+        let own_cpu = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid out-pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+            go_rx.recv().unwrap(); // idle until told
+                                   // 100 ms of this thread's CPU time, however long that takes.
+            let end = own_cpu() + 100_000_000;
+            let mut x = 0u64;
+            while own_cpu() < end {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        });
+        let tid = tid_rx.recv().unwrap();
+        let timer = CpuTimer::start(tid, sig, 7, 1_000_000).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert_eq!(SIGNALS.load(Ordering::Relaxed), 0, "an idle thread is never interrupted");
+        go_tx.send(()).unwrap();
+        t.join().unwrap();
+        drop(timer);
+        // The kernel checks CPU timers at its scheduler tick, so one signal
+        // may stand for several 1 ms intervals; with the overruns they add
+        // up to the CPU time used.
+        let (signals, intervals) = (SIGNALS.load(Ordering::Relaxed), INTERVALS.load(Ordering::Relaxed));
+        assert!((90..=101).contains(&intervals), "{intervals} intervals in {signals} signals");
+        assert!(signals > 0 && signals <= intervals);
+        // SAFETY: restores the previous disposition.
+        unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+        assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000).is_err(), "no such thread");
+    }
+}

@@ -1,0 +1,181 @@
+//! The code of the process as the unwinder sees it: modules with their
+//! unwind information, executable regions without any (JIT code), and
+//! ranges of code known to keep frame pointers although it has no unwind
+//! information (V8's builtins).
+//!
+//! A module's section bytes are read in place, where the image is mapped.
+//! Each [`CodeModule`] may carry a pin that keeps its image mapped (on
+//! Linux a `dlopen` reference) for as long as the unwinder holds it.
+
+use std::ops::Range;
+
+use framehop::ExplicitModuleSectionInfo;
+use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+
+/// Section bytes inside a mapped image.
+pub type ImageBytes = &'static [u8];
+
+/// Keeps a module's image mapped while held.
+pub trait ImagePin: Send + Sync {}
+
+/// One loaded image, ready for the unwinder.
+pub struct CodeModule {
+    pub name: String,
+    /// Its executable code, in process addresses.
+    pub text: Range<u64>,
+    /// The process address of the image's base (Mach-O: its header; ELF:
+    /// the load bias).
+    pub base_avma: u64,
+    /// Its unwind sections, at their addresses in the image file (SVMAs).
+    pub sections: ExplicitModuleSectionInfo<ImageBytes>,
+    /// Keeps the bytes above mapped; `None` for images that are never
+    /// unloaded (the executable, the vDSO).
+    pub pin: Option<Box<dyn ImagePin>>,
+}
+
+impl std::fmt::Debug for CodeModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeModule").field("name", &self.name).field("text", &self.text).finish()
+    }
+}
+
+/// What is needed later about a module: where it is, and how to tell
+/// whether an address in it is covered by unwind information.
+pub(crate) struct ModuleEntry {
+    pub name: String,
+    pub text: Range<u64>,
+    cover: Coverage,
+    _pin: Option<Box<dyn ImagePin>>,
+}
+
+enum Coverage {
+    /// No unwind information at all.
+    None,
+    /// ELF `.eh_frame_hdr` and `.eh_frame`, at these process addresses.
+    EhFrame { hdr: ImageBytes, hdr_avma: u64, frame: ImageBytes, frame_avma: u64 },
+    /// Mach-O `__unwind_info` (every function the linker saw has an entry).
+    Whole,
+}
+
+impl ModuleEntry {
+    pub(crate) fn new(m: &mut CodeModule) -> Self {
+        let s = &m.sections;
+        let bias = m.base_avma.wrapping_sub(s.base_svma);
+        let cover = match (&s.eh_frame_hdr, &s.eh_frame_hdr_svma, &s.eh_frame, &s.eh_frame_svma) {
+            _ if s.unwind_info.is_some() => Coverage::Whole,
+            (Some(hdr), Some(hdr_svma), Some(frame), Some(frame_svma)) => Coverage::EhFrame {
+                hdr,
+                hdr_avma: hdr_svma.start.wrapping_add(bias),
+                frame,
+                frame_avma: frame_svma.start.wrapping_add(bias),
+            },
+            _ if s.eh_frame.is_some() || s.debug_frame.is_some() => Coverage::Whole,
+            _ => Coverage::None,
+        };
+        ModuleEntry { name: m.name.clone(), text: m.text.clone(), cover, _pin: m.pin.take() }
+    }
+
+    /// Whether unwind information covers `addr` (a lookup address in this
+    /// module's text).
+    pub(crate) fn has_cfi(&self, addr: u64) -> bool {
+        match self.cover {
+            Coverage::None => false,
+            Coverage::Whole => true,
+            Coverage::EhFrame { hdr, hdr_avma, frame, frame_avma } => {
+                let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_avma).set_eh_frame(frame_avma);
+                let Ok(parsed) = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else { return false };
+                let Some(table) = parsed.table() else { return false };
+                let eh_frame = EhFrame::new(frame, LittleEndian);
+                table.fde_for_address(&eh_frame, &bases, addr, EhFrame::cie_from_offset).is_ok()
+            }
+        }
+    }
+}
+
+/// Sorted, non-overlapping address ranges.
+#[derive(Clone, Debug, Default)]
+pub struct RangeSet {
+    ranges: Vec<Range<u64>>,
+}
+
+impl RangeSet {
+    pub fn new(mut ranges: Vec<Range<u64>>) -> Self {
+        ranges.retain(|r| r.start < r.end);
+        ranges.sort_unstable_by_key(|r| r.start);
+        let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match out.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => out.push(r),
+            }
+        }
+        RangeSet { ranges: out }
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.end <= addr);
+        self.ranges.get(i).is_some_and(|r| r.start <= addr)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+/// Everything the unwinder knows about code addresses.
+#[derive(Default)]
+pub struct CodeMap {
+    /// Sorted by `text.start`.
+    pub(crate) modules: Vec<ModuleEntry>,
+    /// Executable memory outside any module (JIT code).
+    pub(crate) jit: RangeSet,
+    /// Code with no unwind information that keeps frame pointers.
+    pub(crate) frame_pointer_code: RangeSet,
+}
+
+impl CodeMap {
+    pub(crate) fn module(&self, addr: u64) -> Option<&ModuleEntry> {
+        let i = self.modules.partition_point(|m| m.text.end <= addr);
+        self.modules.get(i).filter(|m| m.text.start <= addr)
+    }
+
+    /// Whether `addr` lies in code: a module's text or JIT code.
+    pub fn is_executable(&self, addr: u64) -> bool {
+        self.module(addr).is_some() || self.jit.contains(addr)
+    }
+
+    /// Whether `addr` is in code known to keep frame pointers without unwind
+    /// information.
+    pub fn keeps_frame_pointers(&self, addr: u64) -> bool {
+        self.frame_pointer_code.contains(addr)
+    }
+
+    /// Whether unwind information covers `addr`.
+    pub fn has_cfi(&self, addr: u64) -> bool {
+        !self.keeps_frame_pointers(addr) && self.module(addr).is_some_and(|m| m.has_cfi(addr))
+    }
+
+    pub fn module_count(&self) -> usize {
+        self.modules.len()
+    }
+
+    /// The name of the module holding `addr`.
+    pub fn module_name(&self, addr: u64) -> Option<&str> {
+        self.module(addr).map(|m| m.name.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_set_merges_and_finds() {
+        let s = RangeSet::new(vec![30..40, 10..20, 15..25, 50..50, 40..45]);
+        assert!(!s.contains(9));
+        assert!(s.contains(10) && s.contains(24) && !s.contains(25));
+        assert!(s.contains(30) && s.contains(44) && !s.contains(45));
+        assert!(!s.contains(50), "empty ranges are dropped");
+        assert!(RangeSet::default().is_empty() && !RangeSet::default().contains(0));
+    }
+}

@@ -1,0 +1,278 @@
+//! Unwinding a stack copied in the stopped window, on the sampler thread
+//! after the thread has resumed.
+//!
+//! framehop does the work: it follows each module's CFI (`.eh_frame`, Mach-O
+//! `__unwind_info`) and falls back to frame pointers where there is none,
+//! which is right for V8's JIT code. Around it, [`Unwinder::unwind`] adds
+//! what a profiler of foreign code needs:
+//! - every read comes from the copy ([`StackCopy::read`]), so a corrupt
+//!   stack or garbage CFI can only end the stack, never read elsewhere;
+//! - the stack pointer must rise at every step after the first, so a
+//!   cyclic chain ends, and the depth is capped;
+//! - a return address outside every executable region ends the stack and
+//!   is never recorded ([`StackEnd::NotExecutable`]);
+//! - a first frame in code that keeps frame pointers but has no CFI (V8's
+//!   builtins inside node's text) is unwound by its frame pointer;
+//! - why each stack ended is reported ([`StackEnd`]).
+
+mod code;
+mod copy;
+
+pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
+pub use copy::{StackCopy, TailRecord};
+
+use std::ops::Range;
+
+use framehop::{CacheNative, Error, FrameAddress, MayAllocateDuringUnwind, Module, Unwinder as _, UnwinderNative};
+
+use super::walker::Registers;
+use code::ModuleEntry;
+
+/// Why a stack's frames ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StackEnd {
+    /// The thread's first frame was reached (CFI says the return address
+    /// is undefined, or the frame pointer chain ends at zero).
+    Root,
+    /// `maxStackDepth` frames were recorded and there were more.
+    DepthLimit,
+    /// The unwinder needed a word above the copy, which was cut at its
+    /// bound.
+    TruncatedCopy,
+    /// The failing step was in code without unwind information, where the
+    /// frame-pointer fallback failed too.
+    NoUnwindInfo,
+    /// The CFA or frame pointer pointed outside the copy, or the stack
+    /// pointer did not rise, in code that had unwind information.
+    BadCfa,
+    /// A return address lay in no executable region: garbage, not a frame.
+    NotExecutable,
+    /// The stack could not be copied (it was unreadable, or there was no
+    /// free buffer); the sample has the interrupted pc only.
+    CopyFailed,
+    /// The pc was zero: nothing was recorded.
+    NoPc,
+}
+
+impl StackEnd {
+    pub const ALL: [StackEnd; 8] = [
+        StackEnd::Root,
+        StackEnd::DepthLimit,
+        StackEnd::TruncatedCopy,
+        StackEnd::NoUnwindInfo,
+        StackEnd::BadCfa,
+        StackEnd::NotExecutable,
+        StackEnd::CopyFailed,
+        StackEnd::NoPc,
+    ];
+}
+
+/// The result of one unwind: frames leaf first (the pc, then return
+/// addresses), and for each frame the frame pointer of the function it is
+/// in (V8 keeps per-frame data below it).
+#[derive(Debug, Default)]
+pub struct Unwound {
+    pub frames: Vec<u64>,
+    pub fps: Vec<u64>,
+}
+
+/// Unwinds copied stacks of this process. Lives on the sampler thread.
+pub struct Unwinder {
+    inner: UnwinderNative<ImageBytes, MayAllocateDuringUnwind>,
+    cache: CacheNative<MayAllocateDuringUnwind>,
+    code: CodeMap,
+    /// arm64: the bits of a code pointer that are address, not signature.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    address_mask: u64,
+}
+
+impl Default for Unwinder {
+    fn default() -> Self {
+        Self::new(u64::MAX)
+    }
+}
+
+impl Unwinder {
+    /// `address_mask` strips pointer-authentication bits from return
+    /// addresses (arm64); `u64::MAX` where there are none.
+    pub fn new(address_mask: u64) -> Self {
+        Unwinder { inner: UnwinderNative::new(), cache: CacheNative::new(), code: CodeMap::default(), address_mask }
+    }
+
+    /// Adds a module, unless one with the same text start is known.
+    pub fn add_module(&mut self, mut m: CodeModule) {
+        if m.text.start >= m.text.end || self.code.module(m.text.start).is_some() {
+            return;
+        }
+        let entry = ModuleEntry::new(&mut m);
+        self.inner.add_module(Module::new(m.name, m.text, m.base_avma, m.sections));
+        let at = self.code.modules.partition_point(|e| e.text.start < entry.text.start);
+        self.code.modules.insert(at, entry);
+    }
+
+    pub fn has_module_at(&self, addr: u64) -> bool {
+        self.code.module(addr).is_some()
+    }
+
+    /// Sets the executable regions outside modules (JIT code).
+    pub fn set_jit_regions(&mut self, regions: Vec<Range<u64>>) {
+        self.code.jit = RangeSet::new(regions);
+    }
+
+    /// Sets the code that keeps frame pointers without unwind information.
+    pub fn set_frame_pointer_code(&mut self, ranges: Vec<Range<u64>>) {
+        self.code.frame_pointer_code = RangeSet::new(ranges);
+    }
+
+    pub fn code(&self) -> &CodeMap {
+        &self.code
+    }
+
+    /// Unwinds `copy` from `regs`, at most `max_depth` frames, into `out`.
+    pub fn unwind(&mut self, regs: Registers, copy: &StackCopy<'_>, max_depth: usize, out: &mut Unwound) -> StackEnd {
+        out.frames.clear();
+        out.fps.clear();
+        if regs.pc == 0 {
+            return StackEnd::NoPc;
+        }
+        out.frames.push(regs.pc);
+        out.fps.push(regs.fp);
+        let mut state = arch::regs(regs, self.address_mask);
+        let mut address = FrameAddress::from_instruction_pointer(regs.pc);
+        let mut read = |a: u64| copy.read(a).ok_or(());
+        loop {
+            if out.frames.len() >= max_depth {
+                return StackEnd::DepthLimit;
+            }
+            let lookup = address.address_for_lookup();
+            let first = !address.is_return_address();
+            let sp_before = arch::sp(&state);
+            let step = if first && self.code.keeps_frame_pointers(lookup) {
+                arch::frame_pointer_step(&mut state, &mut read)
+            } else {
+                self.inner.unwind_frame(address, &mut state, &mut self.cache, &mut read)
+            };
+            match step {
+                Ok(None) | Ok(Some(0)) | Err(Error::ReturnAddressIsNull) => return StackEnd::Root,
+                Ok(Some(ra)) => {
+                    let ra = arch::strip(ra, self.address_mask);
+                    if !first && arch::sp(&state) <= sp_before {
+                        return self.failed(lookup, copy, None);
+                    }
+                    if !self.code.is_executable(ra.wrapping_sub(1)) {
+                        return StackEnd::NotExecutable;
+                    }
+                    let Some(next) = FrameAddress::from_return_address(ra) else { return StackEnd::Root };
+                    address = next;
+                    out.frames.push(ra);
+                    out.fps.push(arch::fp(&state));
+                }
+                Err(Error::CouldNotReadStack(at)) => return self.failed(lookup, copy, Some(at)),
+                Err(_) => return self.failed(lookup, copy, None),
+            }
+        }
+    }
+
+    /// Why a step at `lookup` failed; `unread` is the address it could not
+    /// read, if that was the cause.
+    fn failed(&self, lookup: u64, copy: &StackCopy<'_>, unread: Option<u64>) -> StackEnd {
+        if unread.is_some_and(|a| a >= copy.end()) && copy.truncated {
+            return StackEnd::TruncatedCopy;
+        }
+        if self.code.has_cfi(lookup) {
+            StackEnd::BadCfa
+        } else {
+            StackEnd::NoUnwindInfo
+        }
+    }
+
+    /// How often framehop's rule cache answered.
+    pub fn cache_stats(&self) -> framehop::CacheStats {
+        self.cache.stats()
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    use framehop::x86_64::UnwindRegsX86_64 as Regs;
+    use framehop::Error;
+
+    use crate::sampler::walker::Registers;
+
+    pub fn regs(r: Registers, _mask: u64) -> Regs {
+        Regs::new(r.pc, r.sp, r.fp)
+    }
+    pub fn sp(r: &Regs) -> u64 {
+        r.sp()
+    }
+    pub fn fp(r: &Regs) -> u64 {
+        r.bp()
+    }
+    pub fn strip(a: u64, _mask: u64) -> u64 {
+        a
+    }
+
+    /// One frame-pointer step: `[bp]` is the caller's bp, `[bp + 8]` the
+    /// return address.
+    pub fn frame_pointer_step(
+        r: &mut Regs,
+        read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> Result<Option<u64>, Error> {
+        let bp = r.bp();
+        if bp == 0 {
+            return Ok(None);
+        }
+        let new_sp = bp.checked_add(16).ok_or(Error::IntegerOverflow)?;
+        if new_sp <= r.sp() {
+            return Err(Error::FramepointerUnwindingMovedBackwards);
+        }
+        let new_bp = read(bp).map_err(|_| Error::CouldNotReadStack(bp))?;
+        let ra = read(bp + 8).map_err(|_| Error::CouldNotReadStack(bp + 8))?;
+        r.set_sp(new_sp);
+        r.set_bp(new_bp);
+        Ok(Some(ra))
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    use framehop::aarch64::{PtrAuthMask, UnwindRegsAarch64 as Regs};
+    use framehop::Error;
+
+    use crate::sampler::walker::Registers;
+
+    pub fn regs(r: Registers, mask: u64) -> Regs {
+        Regs::new_with_ptr_auth_mask(PtrAuthMask(mask), r.lr, r.sp, r.fp)
+    }
+    pub fn sp(r: &Regs) -> u64 {
+        r.sp()
+    }
+    pub fn fp(r: &Regs) -> u64 {
+        r.fp()
+    }
+    pub fn strip(a: u64, mask: u64) -> u64 {
+        a & mask
+    }
+
+    /// One frame-pointer step: `[fp]` is the caller's fp, `[fp + 8]` the
+    /// return address (signed on arm64e).
+    pub fn frame_pointer_step(
+        r: &mut Regs,
+        read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> Result<Option<u64>, Error> {
+        let fp = r.fp();
+        if fp == 0 {
+            return Ok(None);
+        }
+        let new_sp = fp.checked_add(16).ok_or(Error::IntegerOverflow)?;
+        if new_sp <= r.sp() {
+            return Err(Error::FramepointerUnwindingMovedBackwards);
+        }
+        let new_fp = read(fp).map_err(|_| Error::CouldNotReadStack(fp))?;
+        let ra = read(fp + 8).map_err(|_| Error::CouldNotReadStack(fp + 8))?;
+        r.set_sp(new_sp);
+        r.set_fp(new_fp);
+        r.set_lr(ra);
+        Ok(Some(r.lr_mask().strip_ptr_auth(ra)))
+    }
+}

@@ -330,12 +330,19 @@ export interface SampleTable {
   /** Index into `profile.stacks` of the sample's leaf frame. */
   stack: Uint32Array
   /**
-   * 1 if the thread was idle (its CPU time had not advanced) and its
-   * previous stack was recorded again without stopping it.
+   * 1 if the thread was not running: idle (its CPU time had not
+   * advanced; its previous stack recorded again without stopping it), or,
+   * in wall mode, stopped while waiting in a system call.
    */
   idle: Uint8Array
   /** CPU time the thread used since its previous sample, in nanoseconds. */
   cpuDeltaNs: BigUint64Array
+  /**
+   * How many samples the row stands for (at least 1): a run of idle
+   * samples with the same stack, or a CPU timer that expired more than
+   * once before it was served, is one row. Profiles without it count 1.
+   */
+  weight: Uint32Array
 }
 
 /**
@@ -389,6 +396,20 @@ export interface StartOptions {
   /** Sampling interval in milliseconds: an integer from 1 to 1000. Default 10. */
   intervalMs?: number
   /**
+   * What a sample stands for. `'cpu'` (the default): threads are sampled
+   * for the CPU time they use, one sample per interval of it (on Linux
+   * each thread's own CPU-time timer interrupts it, so waiting threads
+   * are never disturbed). `'wall'`: every thread at every interval,
+   * waiting ones included (marked idle), to see where threads block.
+   */
+  mode?: 'cpu' | 'wall'
+  /**
+   * Stop sampling after this many milliseconds (an integer from 1 up),
+   * however busy JavaScript is; `stop()` still ends the session and
+   * returns the profile.
+   */
+  durationMs?: number
+  /**
    * Frames recorded per stack, leaf first: an integer from 1 to 1024.
    * Default 128. Deeper stacks are truncated and counted in
    * `stats.truncatedStacks`.
@@ -397,9 +418,10 @@ export interface StartOptions {
   /** Walk native frames (true, the default) or record only the leaf pc. */
   nativeUnwinding?: boolean
   /**
-   * Capacity of the sample buffer, in samples: an integer from 1 to
-   * 100000000. Default 1000000. Samples beyond it are dropped and counted
-   * in `stats.samplesDropped`.
+   * Capacity of the sample buffer, in rows: an integer from 1 to
+   * 100000000. Default 1000000. A row is one sample, or a run of samples
+   * of an idle thread with the same stack. Samples beyond it are dropped,
+   * counted in `stats.samplesDropped`, and `stop()` warns.
    */
   bufferSamples?: number
   /**
@@ -449,6 +471,32 @@ export interface Stats {
   stacksReachingRoot: number
   /** r" Samples whose runtime (JavaScript) frames were merged in. */
   jsSamples: number
+  /** r" Samples lost because every capture buffer was in use. */
+  samplesLost: number
+  /**
+   * r" Samples whose stack pointer was outside the thread's own stack
+   * r" (a fiber, a WebAssembly or signal stack): read with a call that
+   * r" cannot fault.
+   */
+  foreignStacks: number
+  /** r" Stacks cut because the copy was too short for them. */
+  endedTruncatedCopy: number
+  /** r" Stacks that ended in code without unwind information. */
+  endedNoUnwindInfo: number
+  /**
+   * r" Stacks that ended at a frame whose unwind information gave no
+   * r" usable caller.
+   */
+  endedBadCfa: number
+  /** r" Stacks that ended at a return address outside all code. */
+  endedNotExecutable: number
+  /** r" Samples whose stack could not be copied (the pc only). */
+  endedCopyFailed: number
+  /**
+   * r" 1 if another library took the sampling signal over while
+   * r" sampling: samples stopped arriving.
+   */
+  signalTakenOver: number
   /** r" Median stop, in nanoseconds (from a histogram; within 12.5 %). */
   suspendP50Ns: number
   /** r" 99th-percentile stop, in nanoseconds. */

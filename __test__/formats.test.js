@@ -21,14 +21,21 @@ let recorded // the .machprof the CLI wrote
 let profile // it, loaded
 let totalSamples
 let runningSamples
+let totalRows
 let hottest // the function with the most self samples
 
 beforeAll(() => {
   dir = h.tmpdir('formats')
   recorded = h.recordDemo(dir).file
   profile = ms.loadProfile(recorded)
-  totalSamples = profile.samples.thread.length
-  runningSamples = profile.samples.idle.reduce((n, v) => n + (v ? 0 : 1), 0)
+  // Each row stands for `weight` samples.
+  totalSamples = 0
+  runningSamples = 0
+  for (let i = 0; i < profile.samples.thread.length; i++) {
+    totalSamples += profile.samples.weight[i]
+    if (!profile.samples.idle[i]) runningSamples += profile.samples.weight[i]
+  }
+  totalRows = profile.samples.thread.length
   hottest = ms.profileReport(profile, { top: 1 }).functions[0].name
 }, 120000)
 
@@ -101,7 +108,10 @@ test('speedscope validates against the schema speedscope publishes', () => {
   // One sampled profile per sampled thread, sharing one frame table.
   expect(doc.profiles).toHaveLength(new Set(profile.samples.thread).size)
   expect(doc.profiles.every((p) => p.type === 'sampled' && p.samples.length === p.weights.length)).toBe(true)
-  expect(doc.profiles.reduce((n, p) => n + p.samples.length, 0)).toBe(totalSamples)
+  expect(doc.profiles.reduce((n, p) => n + p.samples.length, 0)).toBe(totalRows)
+  // Weights are the samples' time: rows times their weight, in ns.
+  const weightNs = doc.profiles.reduce((n, p) => n + p.weights.reduce((a, b) => a + b, 0), 0)
+  expect(weightNs).toBe(totalSamples * Number(profile.intervalNs))
   const frames = doc.shared.frames.length
   expect(doc.profiles.every((p) => p.samples.every((s) => s.every((f) => f >= 0 && f < frames)))).toBe(true)
   expect(doc.shared.frames.map((f) => f.name).join('\n')).toContain('fibonacciOnMainThread')
@@ -134,7 +144,7 @@ test('Firefox Profiler processed format: one thread per sampled thread, consiste
     jsFuncs += fn.isJS.filter(Boolean).length
     if (s.threadCPUDelta) cpu += s.threadCPUDelta.reduce((a, b) => a + (b || 0), 0)
   }
-  expect(samples).toBe(totalSamples)
+  expect(samples).toBe(totalRows)
   expect(cpu).toBeGreaterThan(0)
   expect(jsFuncs).toBeGreaterThan(0)
   const strings = doc.threads.flatMap((t) => t.stringArray).join('\n')
@@ -289,6 +299,19 @@ describe('JS API for files', () => {
     expectCode(() => ms.profileReport(profile, { thread: 'no-such-thread' }), 'EINVAL', 'threads are')
   })
 
+  test('a version 1 file (before sample weights) loads, every row one sample', () => {
+    const old = ms.loadProfile(path.join(__dirname, 'fixtures', 'format-v1.machprof'))
+    expect(old.samples.thread.length).toBeGreaterThan(10)
+    expect(Array.from(old.samples.weight).every((w) => w === 1)).toBe(true)
+    expect(old.samples.weight).toHaveLength(old.samples.thread.length)
+    expect(old.symbols.functions.name.length).toBeGreaterThan(0)
+    // And it converts like any other.
+    const out = path.join(dir, 'from-v1.collapsed')
+    ms.saveProfile(old, out)
+    const count = fs.readFileSync(out, 'utf8').trim().split('\n').reduce((n, l) => n + Number(l.split(' ').pop()), 0)
+    expect(count).toBe(old.samples.idle.reduce((n, v) => n + (v ? 0 : 1), 0))
+  })
+
   test('truncated, corrupt and future-version files are rejected, never crash', () => {
     const bytes = fs.readFileSync(recorded)
     const bad = path.join(dir, 'bad.machprof')
@@ -297,9 +320,9 @@ describe('JS API for files', () => {
       expectCode(() => ms.loadProfile(bad), 'EINVAL', 'cannot load')
     }
     const future = Buffer.from(bytes)
-    future.writeUInt32LE(2, 8)
+    future.writeUInt32LE(3, 8)
     fs.writeFileSync(bad, future)
-    expectCode(() => ms.loadProfile(bad), 'EINVAL', 'format version 2 is newer')
+    expectCode(() => ms.loadProfile(bad), 'EINVAL', 'format version 3 is newer')
     const flipped = Buffer.from(bytes)
     flipped[flipped.length - 20] ^= 0xff
     fs.writeFileSync(bad, flipped)

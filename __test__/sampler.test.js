@@ -16,20 +16,36 @@ function expectAccounting(r) {
 }
 
 describeLinux('sampling every thread', () => {
-  test('main thread and 4 worker_threads doing CPU work are all sampled', () => {
+  test('CPU mode: main thread and 4 worker_threads are sampled for the CPU time each used', () => {
     const r = scenario('multithread', { workers: 4, ms: 1500, intervalMs: 10 })
+    expectAccounting(r)
+    const main = r.perTid[r.mainTid]
+    expect(main.isMain).toBe(true)
+    for (const tid of [r.mainTid, ...r.workerTids]) {
+      const t = r.perTid[tid]
+      expect(t).toBeDefined()
+      // Five busy threads share two cores: each used about 40 % of 1.5 s.
+      // Its samples stand for its own CPU time, whatever the share.
+      const intervals = r.cpuNs[tid] / 10e6
+      expect([tid, Math.abs(t.samples - intervals) <= Math.max(3, intervals * 0.1)]).toEqual([tid, true])
+      expect(t.idle).toBe(0)
+      expect(t.maxDepth).toBeGreaterThan(5)
+    }
+    expect(r.stats.walkErrors).toBe(0)
+    // A thread's first samples are read the slow, safe way until its stack
+    // bounds are known; after that, directly.
+    expect(r.stats.foreignStacks).toBeLessThan(r.rows * 0.2)
+  })
+
+  test('wall mode: every busy thread is sampled on most ticks', () => {
+    const r = scenario('multithread', { workers: 4, ms: 1500, intervalMs: 10, mode: 'wall' })
     expectAccounting(r)
     const ticks = r.stats.ticks
     expect(ticks).toBeGreaterThan(100)
-    const main = r.perTid[r.mainTid]
-    expect(main.isMain).toBe(true)
-    expect(main.samples).toBeGreaterThan(ticks * 0.8)
-    for (const tid of r.workerTids) {
+    for (const tid of [r.mainTid, ...r.workerTids]) {
       const w = r.perTid[tid]
-      expect(w).toBeDefined()
-      // Sampled on most ticks. Five busy threads share two cores, so a
-      // thread waiting for a core has not used CPU since its last sample
-      // and is recorded as idle on that tick; still, most are running ones.
+      // A thread waiting for a core has not used CPU since its last
+      // sample and is recorded as idle on that tick; most are running ones.
       expect(w.samples).toBeGreaterThan(ticks * 0.8)
       expect(w.samples - w.idle).toBeGreaterThan(ticks * 0.25)
       expect(w.maxDepth).toBeGreaterThan(5)
@@ -37,14 +53,16 @@ describeLinux('sampling every thread', () => {
     expect(r.stats.walkErrors).toBe(0)
   })
 
-  test('sampling rate is within ±10% at 10 ms over 2 s on an idle main thread', () => {
+  test('wall mode: the rate is within ±10% at 10 ms over 2 s on an idle main thread, in a few rows', () => {
     const r = scenario('rate', { intervalMs: 10, ms: 2000 })
     const main = r.perTid[r.mainTid]
     const expected = r.durationMs / 10
     expect(main.samples / expected).toBeGreaterThan(0.9)
     expect(main.samples / expected).toBeLessThan(1.1)
-    // The idle main thread is carried forward, not stopped every tick.
+    // The idle main thread is carried forward, not stopped every tick, and
+    // its idle samples with the same stack share rows.
     expect(main.idle).toBeGreaterThan(main.samples * 0.8)
+    expect(main.rows).toBeLessThan(main.samples * 0.2)
     expectAccounting(r)
   })
 
@@ -52,15 +70,20 @@ describeLinux('sampling every thread', () => {
     const r = scenario('late')
     const t = r.perTid[r.lateTid]
     expect(t).toBeDefined()
-    expect(t.samples).toBeGreaterThan(30) // 600 ms at 10 ms
-    expect(t.samples - t.idle).toBeGreaterThan(20)
+    // Its samples stand for the CPU time it used (about 600 ms).
+    const intervals = r.lateCpuNs / 10e6
+    expect(intervals).toBeGreaterThan(10)
+    expect(Math.abs(t.samples - intervals)).toBeLessThanOrEqual(Math.max(3, intervals * 0.1))
+    expect(t.idle).toBe(0)
   })
 
-  test('threads exiting during 1 kHz sampling are skipped, not errors', () => {
-    const r = scenario('churn', { threads: 60 })
+  test.each(['cpu', 'wall'])('%s mode: threads exiting during 1 kHz sampling are no errors', (mode) => {
+    const r = scenario('churn', { threads: 60, mode })
     expectAccounting(r)
     expect(r.threads).toBeGreaterThanOrEqual(60)
-    expect(r.stats.threadsSkipped).toBeGreaterThan(0)
+    // Wall mode signals threads the sampler listed, some of which are gone
+    // by then: skipped, not errors.
+    if (mode === 'wall') expect(r.stats.threadsSkipped).toBeGreaterThan(0)
     expect(r.stats.walkErrors).toBe(0)
   })
 
@@ -70,7 +93,7 @@ describeLinux('sampling every thread', () => {
     expect(r.echoed).toBe(200)
     const reader = r.perTid[r.readerTid]
     expect(reader).toBeDefined()
-    expect(reader.samples).toBeGreaterThan(100) // >= 600 ms at 1 ms, mostly idle
+    expect(reader.samples).toBeGreaterThan(100) // >= 600 ms at 1 ms, mostly idle (wall mode)
     expectAccounting(r)
   })
 
@@ -92,7 +115,7 @@ describeLinux('sampling every thread', () => {
 
   test('a full buffer drops samples and counts every one', () => {
     const r = scenario('smallBuffer')
-    expect(r.samples).toBe(50)
+    expect(r.rows).toBe(10)
     expect(r.stats.samplesDropped).toBeGreaterThan(0)
     expectAccounting(r)
   })
@@ -123,9 +146,11 @@ describeLinux('process-wide sampler', () => {
 })
 
 describeLinux('no allocation while a thread is stopped', () => {
-  test('an allocation storm on every thread at 1 kHz passes the allocator check', () => {
-    const r = scenario('allocStorm', { ms: 1500 }, { env: { MACHSAMPLER_ALLOC_CHECK: '1' } })
-    expect(r.samples).toBeGreaterThan(1000)
+  test.each(['cpu', 'wall'])('%s mode: an allocation storm on every thread at 1 kHz passes the allocator check', (mode) => {
+    const r = scenario('allocStorm', { ms: 1500, mode }, { env: { MACHSAMPLER_ALLOC_CHECK: '1' } })
+    // Handlers ran on allocating threads, many times (in CPU mode, as many
+    // as the CPU time the threads got allows).
+    expect(r.rows).toBeGreaterThan(100)
     expectAccounting(r)
   })
 

@@ -204,6 +204,10 @@ pub trait Backend: Send {
     /// CPU time; captures then arrive through `collect`.
     fn start_cpu_timers(&mut self, _interval_ns: u64) {}
 
+    /// How captures that arrive through `collect` without a `request` (CPU
+    /// timers) are to be taken; set before each collection.
+    fn set_capture_config(&mut self, _cfg: CaptureConfig) {}
+
     /// Sets code ranges that keep frame pointers without unwind information
     /// (V8's builtins), for the unwinder.
     fn set_frame_pointer_code(&mut self, _ranges: Vec<std::ops::Range<u64>>) {}

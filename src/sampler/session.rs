@@ -387,13 +387,23 @@ pub fn run<B: Backend>(
         .unwrap_or(0.0);
     let timers = options.mode == Mode::Cpu && backend.has_cpu_timers();
     session.mode_timers = timers;
+    // Find the threads at once: with timers, samples start coming as soon
+    // as each has its timer.
+    backend.refresh_threads(&shared.registry, true);
+    shared.registry.snapshot(&mut live);
+    live.retain(|e| e.tid != own_tid);
+    session.sync_threads(&live, backend.now_ns());
+    let mut last_refresh = backend.now_ns();
+    let mut last_full_refresh = start_ns;
+    backend.set_capture_config(CaptureConfig {
+        max_depth: options.max_stack_depth,
+        native_unwinding: shared.native_unwinding.load(Relaxed),
+    });
     if timers {
         backend.start_cpu_timers(options.interval_ns);
     }
     let period = if timers { timer_drain_period(options.interval_ns) } else { options.interval_ns };
     let mut schedule = Schedule::new(start_ns, period);
-    let mut last_refresh: Option<u64> = None;
-    let mut last_full_refresh = start_ns;
     let sampling_ends = options.duration_ns.map(|d| start_ns.saturating_add(d));
     if let Some(f) = on_tick.as_mut() {
         f(start_ns);
@@ -424,8 +434,8 @@ pub fn run<B: Backend>(
 
         // One tick.
         stats.ticks.add(1);
-        if last_refresh.is_none_or(|t| now - t >= REFRESH_PERIOD_NS) {
-            let full = last_refresh.is_none() || now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
+        if now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
+            let full = now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
             if full {
                 last_full_refresh = now;
             }
@@ -433,9 +443,14 @@ pub fn run<B: Backend>(
             shared.registry.snapshot(&mut live);
             live.retain(|e| e.tid != own_tid);
             session.sync_threads(&live, backend.now_ns());
-            last_refresh = Some(now);
+            last_refresh = now;
         }
 
+        let cfg = CaptureConfig {
+            max_depth: options.max_stack_depth,
+            native_unwinding: shared.native_unwinding.load(Relaxed),
+        };
+        backend.set_capture_config(cfg);
         backend.collect(&mut |c| session.on_capture(c));
 
         if !timers {
@@ -477,10 +492,6 @@ pub fn run<B: Backend>(
                     TickAction::Capture => batch.push(*entry),
                 }
             }
-            let cfg = CaptureConfig {
-                max_depth: options.max_stack_depth,
-                native_unwinding: shared.native_unwinding.load(Relaxed),
-            };
             if !batch.is_empty() {
                 backend.request(&batch, cfg, &mut |c| session.on_capture(c));
             }
@@ -551,13 +562,19 @@ impl RunningSampler {
         shared.stats.reset();
         shared.native_unwinding.store(options.native_unwinding, Relaxed);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+        // The sampler waits until this thread has its signal mask back (it
+        // blocks every signal while it creates the thread), so the first
+        // look at the threads' masks does not see this one blocking.
+        let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
         let spawn = || {
-            std::thread::Builder::new()
-                .name("machsampler".into())
-                .spawn(move || run(backend, options, &shared, stop_rx, hooks))
+            std::thread::Builder::new().name("machsampler".into()).spawn(move || {
+                let _ = go_rx.recv_timeout(std::time::Duration::from_millis(100));
+                run(backend, options, &shared, stop_rx, hooks)
+            })
         };
         let handle = with_signals_blocked(spawn)
             .map_err(|e| SamplerError::new(ErrorCode::NoMem, format!("cannot create the sampler thread: {e}")))?;
+        let _ = go_tx.send(());
         Ok(RunningSampler { stop: stop_tx, handle, options })
     }
 

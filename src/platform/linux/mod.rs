@@ -46,8 +46,17 @@ use timers::CpuTimer;
 /// this often, to catch one thread exiting while another starts.
 const LIST_PERIOD_NS: u64 = 100_000_000;
 
-/// How often every thread's signal mask is checked again.
+/// How often the signal mask of a thread that takes the signal is checked
+/// again.
 const MASK_RECHECK_NS: u64 = 1_000_000_000;
+/// How soon a thread seen blocking the signal is checked again, at first:
+/// threads block every signal for a moment while they create a thread
+/// (glibc's pthread_create, and the sampler's own start), so a thread seen
+/// blocking is usually not blocking any more a tick later. The delay
+/// doubles while it keeps blocking, up to `MASK_RECHECK_NS`.
+const BLOCKED_RECHECK_NS: u64 = 10_000_000;
+/// Mask checks of known threads per refresh, at most.
+const MASK_CHECKS_PER_REFRESH: usize = 16;
 
 /// Serving a sampling signal costs an idle thread 5-25 µs of CPU time on the
 /// VMs we measured (wake-up, handler, sigreturn, back to sleep). Below this a
@@ -58,13 +67,30 @@ const IDLE_CPU_THRESHOLD_NS: u64 = 50_000;
 const MAPS_PERIOD_NS: u64 = 20_000_000;
 
 /// How long `finish` waits for handlers that were already running.
-const FINISH_GRACE_NS: u64 = 5_000_000;
+const FINISH_GRACE_NS: u64 = 1_000_000;
 
 struct LinuxThread {
     slot: Option<u32>,
     timer: Option<CpuTimer>,
     blocks_signal: bool,
-    mask_checked_ns: u64,
+    /// When to check its signal mask again.
+    mask_due_ns: u64,
+    /// The current wait before the next check of a blocking thread.
+    blocked_backoff_ns: u64,
+}
+
+impl LinuxThread {
+    /// Notes the result of a mask check at `now`.
+    fn checked(&mut self, blocks: bool, now: u64) {
+        self.blocks_signal = blocks;
+        if blocks {
+            self.mask_due_ns = now + self.blocked_backoff_ns;
+            self.blocked_backoff_ns = (self.blocked_backoff_ns * 2).min(MASK_RECHECK_NS);
+        } else {
+            self.mask_due_ns = now + MASK_RECHECK_NS;
+            self.blocked_backoff_ns = BLOCKED_RECHECK_NS;
+        }
+    }
 }
 
 pub struct LinuxBackend {
@@ -222,7 +248,8 @@ impl LinuxBackend {
         };
         for (index, sp, tcb, is_main) in self.need_bounds.drain(..) {
             let Some(slot) = signal::slot(index) else { continue };
-            if let Some(b) = maps.thread_stack(sp, tcb, is_main) {
+            let found = maps.thread_stack(sp, tcb, is_main);
+            if let Some(b) = found {
                 slot.set_bounds(Bounds { lo: b.lo, hi: b.hi, tcb });
             }
         }
@@ -324,7 +351,6 @@ impl Backend for LinuxBackend {
             // SAFETY: changes only the calling thread's policy; `param` is valid.
             unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
         }
-        let _ = self.unwinder();
     }
 
     fn now_ns(&self) -> u64 {
@@ -362,8 +388,15 @@ impl Backend for LinuxBackend {
                     s.set_active(true);
                 }
                 let is_main = tid == self.pid;
-                self.threads
-                    .insert(tid, LinuxThread { slot, timer: None, blocks_signal: blocks, mask_checked_ns: now });
+                let mut t = LinuxThread {
+                    slot,
+                    timer: None,
+                    blocks_signal: false,
+                    mask_due_ns: 0,
+                    blocked_backoff_ns: BLOCKED_RECHECK_NS,
+                };
+                t.checked(blocks, now);
+                self.threads.insert(tid, t);
                 self.start_timer(tid);
                 let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
                 entry.is_main = is_main;
@@ -379,26 +412,25 @@ impl Backend for LinuxBackend {
                 registry.update(tid, name, None);
             }
             registry.compact();
-            // Masks change: a thread may start blocking the signal, or
-            // start waiting for signals, at any time.
-            let due: Vec<u64> = self
-                .threads
-                .iter()
-                .filter(|(_, t)| now.saturating_sub(t.mask_checked_ns) >= MASK_RECHECK_NS)
-                .map(|(&tid, _)| tid)
-                .collect();
-            for tid in due {
-                let blocks = self.must_not_signal(tid);
-                if let Some(t) = self.threads.get_mut(&tid) {
-                    t.blocks_signal = blocks;
-                    t.mask_checked_ns = now;
-                    if blocks {
-                        t.timer = None;
-                    }
+        }
+        // Masks change: a thread may start or stop blocking the signal, or
+        // start waiting for signals, at any time.
+        // Reading a mask costs tens of µs, so a refresh checks a few, the
+        // most overdue first: every thread about once a second in a process
+        // of a few dozen, less often in one of thousands.
+        let mut due: Vec<(u64, u64)> =
+            self.threads.iter().filter(|(_, t)| now >= t.mask_due_ns).map(|(&tid, t)| (t.mask_due_ns, tid)).collect();
+        due.sort_unstable();
+        for (_, tid) in due.into_iter().take(MASK_CHECKS_PER_REFRESH) {
+            let blocks = self.must_not_signal(tid);
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.checked(blocks, now);
+                if blocks {
+                    t.timer = None;
                 }
-                if !blocks {
-                    self.start_timer(tid);
-                }
+            }
+            if !blocks {
+                self.start_timer(tid);
             }
         }
         self.resolve_bounds();
@@ -428,6 +460,9 @@ impl Backend for LinuxBackend {
             self.pool.free(i);
         }
         self.done = done;
+        // Bounds for the threads whose stacks were seen without: their
+        // next samples can then be copied directly.
+        self.resolve_bounds();
         for (_, t) in self.threads.iter() {
             if let Some(s) = t.slot.and_then(signal::slot) {
                 self.lost += s.take_lost() as u64;
@@ -486,6 +521,10 @@ impl Backend for LinuxBackend {
 
     fn has_cpu_timers(&self) -> bool {
         true
+    }
+
+    fn set_capture_config(&mut self, cfg: CaptureConfig) {
+        self.cfg = cfg;
     }
 
     fn start_cpu_timers(&mut self, interval_ns: u64) {

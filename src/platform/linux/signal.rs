@@ -400,7 +400,7 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
     let (lo, hi, known_tcb) =
         (slot.lo.load(Ordering::Acquire), slot.hi.load(Ordering::Acquire), slot.tcb.load(Ordering::Acquire));
     let start = regs.sp.saturating_sub(RED_ZONE) & !7;
-    let own = known_tcb != 0 && known_tcb == tcb && lo <= start && regs.sp < hi && hi <= tcb;
+    let own = known_tcb != 0 && known_tcb == tcb && lo <= start && regs.sp < hi;
     if own {
         let end = hi.min(start.saturating_add(COPY_BYTES as u64));
         let words = ((end - start) / 8) as usize;

@@ -126,7 +126,8 @@ const JS_FRAMES_MAX: usize = 256;
 use crate::platform::mach_logic::{self as logic, FoundThread, KernOutcome};
 use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
 use crate::sampler::timebase::Timebase;
-use crate::sampler::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk, WalkEnd};
+use crate::sampler::unwind::StackEnd;
+use crate::sampler::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk};
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
 
@@ -610,10 +611,12 @@ impl Backend for MachBackend {
                         tid,
                         time_ns: tb.ticks_to_ns(stopped_at),
                         frames,
-                        end: walk.end,
+                        end: if walk_error { StackEnd::CopyFailed } else { walk.end.into() },
                         stopped_ns: logic::elapsed_ns(&tb, t0, t1),
                         delivery_ns: None,
-                        walk_error,
+                        weight: 1,
+                        off_cpu: false,
+                        lr: 0,
                         runtime_frames: js,
                         tos,
                         frame_words: &self.words[..words_count.min(self.words.len())],
@@ -627,10 +630,12 @@ impl Backend for MachBackend {
                     tid,
                     time_ns: tb.ticks_to_ns(stopped_at),
                     frames: &[],
-                    end: WalkEnd::NoPc,
+                    end: StackEnd::NoPc,
                     stopped_ns: logic::elapsed_ns(&tb, t0, t1),
                     delivery_ns: None,
-                    walk_error: true,
+                    weight: 1,
+                    off_cpu: false,
+                    lr: 0,
                     runtime_frames: &[],
                     tos: 0,
                     frame_words: &[],

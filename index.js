@@ -1,11 +1,14 @@
 'use strict'
 
 // The public entry point. `binding.js` is the loader napi-rs generates (it
-// finds the prebuilt addon for this platform); this file adds what is
+// finds the addon for this platform: a local build, or the platform
+// package); this file adds what is
 // easier in JavaScript: argument-count checks, so that a stray extra
 // argument is an error rather than silently ignored.
 
-// The platforms with a prebuilt addon, as `<platform>-<arch>[-<libc>]`.
+// The platforms with a platform package, as `<platform>-<arch>[-<libc>]`.
+// `npm test` builds the darwin addons and runs only linux-x64-gnu's; the
+// README's Platforms table says which have run where.
 const SUPPORTED = ['linux-x64-gnu', 'linux-arm64-gnu', 'darwin-x64', 'darwin-arm64']
 
 function platformKey() {
@@ -25,13 +28,16 @@ function unsupported(key, cause) {
     ? 'musl libc (Alpine) is not supported yet; use a glibc-based image such as node:22-bookworm-slim'
     : key.startsWith('win32')
       ? 'Windows is not supported yet'
-      : `there is no prebuilt addon for it (prebuilt: ${SUPPORTED.join(', ')})`
+      : `there is no addon built for it (built for: ${SUPPORTED.join(', ')})`
   const message = known
     ? `machsampler: the native addon for ${key} did not load: the platform package machsampler-${key} is missing ` +
       '(was it installed with --omit=optional or --no-optional?) and there is no local build. ' +
       'Reinstall with optional dependencies, or build it from source with Rust: npm run build in the machsampler directory.' +
-      (cause ? ` Loader error: ${cause.message.split('\n')[0]}` : '')
-    : `machsampler: cannot run on ${key}: ${why}. Building from source with Rust (npm run build in the machsampler directory) may work; only ${SUPPORTED.join(', ')} are tested.`
+      (cause ? ` Loader error: ${cause.message.split('\n')[0]}` : '') +
+      (key.startsWith('darwin')
+        ? ' (The macOS addons are built and checked as Mach-O files, but no Mac has run them in this project\'s CI yet: a report of this error helps.)'
+        : '')
+    : `machsampler: cannot run on ${key}: ${why}. Building from source with Rust (npm run build in the machsampler directory) may work; addons are built only for ${SUPPORTED.join(', ')}.`
   const err = new Error(message)
   err.code = 'ERR_MACHSAMPLER_UNSUPPORTED_PLATFORM'
   return err

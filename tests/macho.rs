@@ -559,7 +559,7 @@ fn check(data: &[u8], arch: Arch, stubs: &Stubs) -> (Vec<String>, Facts) {
         if !facts.imports.contains_key(*f) {
             bad.push(format!("{f} is not imported: update CALLED_WHILE_STOPPED to what the sampler calls"));
         } else if facts.lazy.contains(*f) {
-            bad.push(format!("{f} is called while a thread is stopped but bound lazily"));
+            bad.push(format!("{f} is called in the stopped window, the thread hook or the tick, but bound lazily"));
         } else if !facts.bound_at_load.contains(*f) {
             bad.push(format!("{f} is imported but never bound"));
         }
@@ -831,7 +831,11 @@ fn broken_copies_fail() {
     put_u32(&mut d, at + 20, lazy.1);
     put_u32(&mut d, at + 32, bind.0);
     put_u32(&mut d, at + 36, bind.1);
-    assert_caught(&d, Arch::X86_64, "_thread_suspend is called while a thread is stopped but bound lazily");
+    assert_caught(
+        &d,
+        Arch::X86_64,
+        "_thread_suspend is called in the stopped window, the thread hook or the tick, but bound lazily",
+    );
     assert_caught(&d, Arch::X86_64, "is bound lazily (only compiler helpers may be)");
 }
 

@@ -76,6 +76,10 @@ fn cache() -> &'static Cache {
 fn module_symbols(m: &ModuleRef, symbol_path: &SymbolPath, warn: &mut dyn FnMut(String)) -> Arc<Mutex<ModuleSymbols>> {
     let key = (m.path.to_string(), m.build_id.to_string(), format!("{}:{}", symbol_path.key(), m.image_base));
     let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
+    // A symbol file downloaded since the module was loaded: load it again.
+    if c.get(&key).is_some_and(|t| t.lock().unwrap_or_else(|e| e.into_inner()).stale()) {
+        c.remove(&key);
+    }
     c.entry(key)
         .or_insert_with(|| Arc::new(Mutex::new(ModuleSymbols::load_with(m, &symbol_path.local_dirs(), warn))))
         .clone()
@@ -297,6 +301,38 @@ mod tests {
             (f.name.as_str(), f.file.as_str(), f.line, f.kind),
             ("fib (/app/fib.js:3:13)", "/app/fib.js", 3, FunctionKind::Js)
         );
+    }
+
+    /// A symbol file that appears after a module was loaded (a download)
+    /// is used by the next symbolization in the same process.
+    #[test]
+    fn symbol_files_downloaded_later_are_noticed() {
+        use crate::symbols::test_fixtures::{fixture, tempdir};
+        let sym_dir = fixture("macho/lld-arm64/breakpad/libfl.dylib");
+        let id = std::fs::read_dir(&sym_dir).unwrap().next().unwrap().unwrap().file_name();
+        let sym = sym_dir.join(&id).join("libfl.dylib.sym");
+        let rva = std::fs::read_to_string(&sym)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_suffix(" local_beta").and_then(|l| l.strip_prefix("FUNC ")).map(|l| l.to_string()))
+            .unwrap();
+        let rva = u64::from_str_radix(rva.split(' ').next().unwrap(), 16).unwrap();
+        let mut p = sample_profile();
+        p.meta.platform = "darwin".into();
+        p.modules[0].path = fixture("macho/lld-arm64/stripped/libfl.dylib").to_string_lossy().into_owned();
+        p.modules[0].build_id = id.to_string_lossy()[..32].to_ascii_lowercase();
+        p.frame_address[2] = rva + 4;
+        let dir = tempdir("later");
+        let options = SymbolicateOptions {
+            perf_map: Some("/nonexistent.map".into()),
+            symbol_path: SymbolPath::parse(&[dir.to_string_lossy()], &dir).unwrap(),
+        };
+        let name = |s: &Symbols| s.functions[s.frame_function[2] as usize].name.clone();
+        assert_eq!(name(&symbolicate(&p, &options)), format!("0x{rva:x} in libfl.dylib"));
+        std::fs::create_dir_all(dir.join("libfl.dylib").join(&id)).unwrap();
+        std::fs::copy(&sym, dir.join("libfl.dylib").join(&id).join("libfl.dylib.sym")).unwrap();
+        assert_eq!(name(&symbolicate(&p, &options)), "local_beta");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub struct ModuleSymbols {
     breakpad: Option<(BreakpadFile, u64)>,
     /// Function start -> (file, line), cached.
     decl: FxHashMap<u64, (String, u32)>,
+    /// Symbol files that could have named this module but did not exist
+    /// when it was loaded (a download may bring them later).
+    absent: Vec<PathBuf>,
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -133,14 +136,13 @@ fn elf_debug_file(build_id: &str, name: &str, dirs: &[PathBuf]) -> Option<PathBu
 
 /// Breakpad files for `name` with `id` in the symbol directories (the
 /// server layout, then `<name>.sym` in the directory itself).
-fn breakpad_files(name: &str, id: &str, dirs: &[PathBuf]) -> Vec<PathBuf> {
+fn breakpad_candidates(name: &str, id: &str, dirs: &[PathBuf]) -> Vec<PathBuf> {
     let sym = format!("{name}.sym");
     let mut out = Vec::new();
     for d in dirs {
         out.push(d.join(name).join(id).join(&sym));
         out.push(d.join(&sym));
     }
-    out.retain(|p| p.is_file());
     out
 }
 
@@ -205,6 +207,7 @@ impl ModuleSymbols {
             dwarf: None,
             breakpad: None,
             decl: FxHashMap::default(),
+            absent: Vec::new(),
         }
     }
 
@@ -284,8 +287,12 @@ impl ModuleSymbols {
 
         // Breakpad symbol files, matched by debug id.
         let mut breakpad = None;
+        let mut absent = Vec::new();
         if let Some(id) = breakpad::debug_id(&build_id, macho).filter(|_| !name.is_empty()) {
-            for file in breakpad_files(&name, &id, dirs) {
+            let (present, missing): (Vec<PathBuf>, Vec<PathBuf>) =
+                breakpad_candidates(&name, &id, dirs).into_iter().partition(|p| p.is_file());
+            absent = missing;
+            for file in present {
                 let parsed = std::fs::read(&file).map_err(|e| e.to_string()).and_then(|t| BreakpadFile::parse(&t));
                 match parsed {
                     Ok(sym) if sym.debug_id == id => {
@@ -307,6 +314,7 @@ impl ModuleSymbols {
         }
 
         let trust_starts = b.has_locals || bounds.as_ref().is_none_or(|b| b.complete);
+        let breakpad_found = breakpad.is_some();
         let mut syms = b.syms;
         syms.sort_by_key(|s| s.start);
         // A symbol starts a function even where the start lists missed it.
@@ -326,7 +334,14 @@ impl ModuleSymbols {
             dwarf,
             breakpad,
             decl: FxHashMap::default(),
+            absent: if breakpad_found { Vec::new() } else { absent },
         }
+    }
+
+    /// True if a symbol file that was missing when this was loaded exists
+    /// now: the module should be loaded again.
+    pub fn stale(&self) -> bool {
+        self.absent.iter().any(|p| p.is_file())
     }
 
     pub fn symbol_count(&self) -> usize {
@@ -575,6 +590,52 @@ mod tests {
             }
             std::fs::remove_dir_all(&tmp).unwrap();
         }
+    }
+
+    /// ELF: a stripped shared object named from its debug file or its
+    /// Breakpad file on the symbol path; without them, only its exports.
+    #[test]
+    fn elf_names_from_debug_files_and_breakpad() {
+        let full = fixture("elf/full/libfe.so");
+        let data = std::fs::read(&full).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let build_id = build_id_of(&file);
+        let functions: Vec<(String, u64, u64, bool)> = file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.name().is_ok_and(|n| n.contains("_")))
+            .filter(|s| s.name().is_ok_and(|n| n.starts_with("local_") || n.starts_with("exported_")))
+            .map(|s| (s.name().unwrap().to_string(), s.address(), s.size(), s.is_global()))
+            .collect();
+        assert_eq!(functions.len(), 5, "{functions:?}");
+        let stripped = fixture("elf/stripped/libfe.so");
+        let p = stripped.to_string_lossy();
+        let m = ModuleRef { path: &p, build_id: &build_id, image_base: 0, macho: false };
+        let cases = [
+            ("no symbol files", vec![], false),
+            ("debug file", vec![fixture("elf/debug")], true),
+            ("Breakpad", vec![fixture("elf/breakpad")], true),
+        ];
+        for (case, dirs, all) in cases {
+            let mut t = ModuleSymbols::load_with(&m, &dirs, &mut |w| panic!("{w}"));
+            for (name, start, size, global) in &functions {
+                for a in [*start, start + size / 2, start + size - 1] {
+                    match t.lookup(a) {
+                        Some(Lookup::Named(h, _)) => assert_eq!(&h.name, name, "{case} at {a:#x}"),
+                        other => assert!(!all && !global, "{case}: {name} at {a:#x}: {other:?}"),
+                    }
+                }
+            }
+        }
+        // A Breakpad file of another build is refused, with a warning.
+        let mut warnings = Vec::new();
+        let other = ModuleRef { build_id: "00112233445566778899aabbccddeeff00112233", ..m };
+        let tmp = tempdir("bp-other");
+        let id_dir = std::fs::read_dir(fixture("elf/breakpad/libfe.so")).unwrap().next().unwrap().unwrap().path();
+        std::fs::copy(id_dir.join("libfe.so.sym"), tmp.join("libfe.so.sym")).unwrap();
+        let t = ModuleSymbols::load_with(&other, std::slice::from_ref(&tmp), &mut |w| warnings.push(w));
+        assert!(t.breakpad.is_none());
+        assert!(warnings.len() == 1 && warnings[0].contains("debug id"), "{warnings:?}");
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

@@ -139,3 +139,91 @@ mod tests {
         assert!(SymbolPath::parse::<&str>(&[], root).unwrap().is_empty());
     }
 }
+
+/// One symbol file a server may have for a module of a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Download {
+    pub url: String,
+    /// Where the download cache keeps it (the server's layout).
+    pub file: PathBuf,
+    /// The module's path, for messages.
+    pub module: String,
+}
+
+/// A URL path segment: everything but unreserved characters escaped.
+fn url_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The symbol files to ask the servers for: one per server and module
+/// that some frame of `profile` is in and that has a build id, unless the
+/// cache already holds it.
+pub fn downloads(profile: &crate::profile::ProfileData, path: &SymbolPath) -> Vec<Download> {
+    let ranges = super::ModuleRanges::new(profile);
+    let mut used = vec![false; profile.modules.len()];
+    for &a in &profile.frame_address {
+        if let Some(i) = ranges.find(a) {
+            used[i] = true;
+        }
+    }
+    let macho = profile.meta.platform == "darwin";
+    let mut out = Vec::new();
+    for (m, _) in profile.modules.iter().zip(used).filter(|(_, u)| *u) {
+        let Some(name) = Path::new(&m.path).file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
+        let Some(id) = super::breakpad::debug_id(&m.build_id, macho) else { continue };
+        for s in &path.sources {
+            if let SymbolSource::Server { url, cache } = s {
+                let file = cache.join(&name).join(&id).join(format!("{name}.sym"));
+                if file.is_file() {
+                    continue;
+                }
+                let seg = url_segment(&name);
+                out.push(Download { url: format!("{url}/{seg}/{id}/{seg}.sym"), file, module: m.path.clone() });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod download_tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+
+    #[test]
+    fn downloads_cover_the_modules_frames_are_in() {
+        let mut p = sample_profile();
+        p.meta.platform = "darwin".into();
+        p.modules[0].path = "/Applications/X.app/Electron Framework".into();
+        p.modules[0].build_id = "ba940815414031579d26a53b89de388a".into();
+        let mut unused = p.modules[0].clone();
+        unused.start = 0x100000;
+        unused.end = 0x200000;
+        p.modules.push(unused);
+        let root = crate::symbols::test_fixtures::tempdir("downloads");
+        let path = SymbolPath::parse(&["https://sym.example/x/", "/local"], &root).unwrap();
+        let d = downloads(&p, &path);
+        let id = "BA940815414031579D26A53B89DE388A0";
+        assert_eq!(
+            d,
+            vec![Download {
+                url: format!("https://sym.example/x/Electron%20Framework/{id}/Electron%20Framework.sym"),
+                file: root.join("sym.example_x/Electron Framework").join(id).join("Electron Framework.sym"),
+                module: p.modules[0].path.clone(),
+            }]
+        );
+        // Once cached, it is not asked for again.
+        std::fs::create_dir_all(d[0].file.parent().unwrap()).unwrap();
+        std::fs::write(&d[0].file, "MODULE").unwrap();
+        assert_eq!(downloads(&p, &path), vec![]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -20,19 +20,21 @@ pub fn add_plt_stubs(file: &object::File, add: &mut dyn FnMut(u64, u64, &str)) {
     }
     let Some(relocations) = file.dynamic_relocations() else { return };
     let Some(dynsym) = file.dynamic_symbol_table() else { return };
-    let mut slot_name: FxHashMap<u64, String> = FxHashMap::default();
-    for (got, r) in relocations {
-        if let RelocationTarget::Symbol(i) = r.target() {
-            if let Some(name) = dynsym.symbol_by_index(i).ok().and_then(|s| s.name().ok().map(str::to_string)) {
-                if !name.is_empty() {
-                    slot_name.insert(got, name);
-                }
-            }
-        }
-    }
-    if slot_name.is_empty() {
+    // GOT slot -> symbol; names are read only for slots a stub uses (a
+    // large binary has far more dynamic relocations than stubs).
+    let slot_symbol: FxHashMap<u64, object::SymbolIndex> = relocations
+        .filter_map(|(got, r)| match r.target() {
+            RelocationTarget::Symbol(i) => Some((got, i)),
+            _ => None,
+        })
+        .collect();
+    if slot_symbol.is_empty() {
         return;
     }
+    let slot_name = |got: u64| -> Option<&str> {
+        let i = *slot_symbol.get(&got)?;
+        dynsym.symbol_by_index(i).ok()?.name().ok().filter(|n| !n.is_empty())
+    };
     for section in file.sections() {
         let Ok(sname) = section.name() else { continue };
         if !matches!(sname, ".plt" | ".plt.sec" | ".plt.got") {
@@ -45,7 +47,7 @@ pub fn add_plt_stubs(file: &object::File, add: &mut dyn FnMut(u64, u64, &str)) {
             _ => aarch64_stubs(code, base),
         };
         for (start, size, got) in stubs {
-            if let Some(name) = slot_name.get(&got) {
+            if let Some(name) = slot_name(got) {
                 add(start, size, &format!("{name}@plt"));
             }
         }

@@ -335,6 +335,31 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The vDSO has no file; this process's image names its frames.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn vdso_frames_are_named() {
+        use object::{Object, ObjectSymbol};
+        let modules = crate::platform::loaded_modules();
+        let vdso = modules.iter().find(|m| vdso::is_vdso(&m.path)).expect("the vDSO is a loaded module").clone();
+        let image = vdso::image().unwrap();
+        let file = object::File::parse(&*image).unwrap();
+        let sym = file.dynamic_symbols().find(|s| s.name().is_ok_and(|n| n.ends_with("clock_gettime"))).unwrap();
+        let mut p = sample_profile();
+        p.frame_address = vec![0x1000, 0x2000, sym.address() + vdso.bias + 1, 0x4000];
+        p.modules = vec![vdso.clone()];
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
+        let f = &s.functions[s.frame_function[2] as usize];
+        assert!(f.name.ends_with("clock_gettime"), "{f:?}");
+        // Recorded under another kernel (build id): unknown, not wrong.
+        p.modules[0].build_id = "00".repeat(20);
+        clear_cache();
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
+        assert_eq!(s.functions[s.frame_function[2] as usize].kind, FunctionKind::Unknown);
+    }
+
     #[test]
     fn native_frames_of_this_process_resolve() {
         let mut p = sample_profile();

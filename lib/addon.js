@@ -77,7 +77,7 @@ const PUBLIC = {
   threadCount: 0,
   setNativeUnwinding: 1,
   getNativeUnwinding: 0,
-  symbolicate: 1,
+  symbolicate: 2,
   exportProfile: 3,
   saveProfile: 3,
   loadProfile: 1,
@@ -97,6 +97,8 @@ module.exports = {
   processProfileFile: binding.processProfileFile,
   /** For the CLI: start()'s checks of intervalMs and maxStackDepth. */
   checkRecordOptions: binding.checkRecordOptions,
+  /** For the download step: the symbol files servers may have for a profile. */
+  symbolDownloads: arity('symbolDownloads', binding.symbolDownloads, 2),
   codedError,
   arity,
 }

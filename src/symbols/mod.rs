@@ -1,11 +1,14 @@
 //! Symbolization: frame addresses to function names, modules, files and
 //! lines.
 //!
-//! Crates: `object` for symbol tables and `addr2line` for DWARF (the gimli
-//! stack that std's backtraces and samply build on), `cpp_demangle` and
-//! `rustc-demangle`. Chosen over `wholesym` (async, much larger dependency
-//! tree, made for out-of-process symbol servers) and `blazesym` (Linux
-//! only; we must also build for macOS).
+//! Crates: `object` for symbol tables and the dyld shared cache,
+//! `addr2line` for DWARF (the gimli stack that std's backtraces and samply
+//! build on), `macho-unwind-info` for Mach-O function starts, `sourcemap`,
+//! `cpp_demangle` and `rustc-demangle`. Chosen over `samply-symbols` and
+//! `wholesym` (async helper-driven API that stop() would block on; a
+//! second, older copy of object/gimli/addr2line; wholesym downloads from
+//! inside symbolization, which must never happen here) and `blazesym`
+//! (Linux only; we must also build for macOS).
 //!
 //! Each frame is resolved, in order, by:
 //! 0. for a JavaScript frame V8 named while sampling (see `crate::v8`), that

@@ -313,6 +313,11 @@ describe('Breakpad symbol files from a server on 127.0.0.1', () => {
     r = await run(['report', file, '--symbol-path', 'http://127.0.0.1:1/none'])
     expect(r.code).toBe(0)
     expect(r.err).toMatch(/could not be reached/)
+    // A bad entry is a usage error, found before the program runs.
+    const marker = path.join(tmp, 'ran')
+    r = await run(['record', '--symbol-path', 'ftp://x', '--', process.execPath, '-e', `require('fs').writeFileSync(${JSON.stringify(marker)}, '')`])
+    expect([r.code, fs.existsSync(marker)]).toEqual([2, false])
+    expect(r.err).toMatch(/--symbol-path: 'ftp:\/\/x' is neither a directory nor/)
     fs.rmSync(tmp, { recursive: true })
   })
 })

@@ -149,6 +149,11 @@ export interface ProcessedProfile {
   format?: string
   /** One report per entry of `job.reports`. */
   reports: Array<ProfileReport>
+  /**
+   * What symbolization could not use (a corrupt symbol file, a broken
+   * source map), each once.
+   */
+  warnings: Array<string>
 }
 
 /**
@@ -156,10 +161,13 @@ export interface ProcessedProfile {
  * in another format and computes reports: what `machsampler record`,
  * `report` and `convert` do with a profile, without moving it through
  * JavaScript. `job.symbolicate` names the frames when the profile has no
- * names yet and was recorded on this platform (the module files may still
- * be there; names that cannot be found stay addresses). `job.output` is
+ * names yet, from the module files if they are still there and from the
+ * symbol path (names that cannot be found stay addresses; V8's perf map
+ * is read only for a profile recorded on this platform). `job.output` is
  * the file to write, `job.save` its export options (`format` included);
- * `job.reports` a list of report options.
+ * `job.reports` a list of report options; `job.symbols` the symbol path
+ * options (see {@link symbolicate}), with which a profile from another
+ * platform is symbolicated too.
  *
  * @throws as {@link loadProfile}, {@link saveProfile} and
  *   {@link profileReport} do; nothing is written unless every option is
@@ -202,6 +210,8 @@ export interface Profile {
 export interface ProfileJob {
   /** Name the frames if the profile has no names yet. */
   symbolicate?: boolean
+  /** Where symbol files are (see {@link symbolicate}). */
+  symbols?: SymbolOptions
   /** Also write the profile here (format by extension, or `save.format`). */
   output?: string
   /** Export options for `output`. */
@@ -544,19 +554,67 @@ export interface StopOptions {
   compress?: boolean
 }
 
+/** A symbol file to download (see `symbolDownloads`). */
+export interface SymbolDownload {
+  url: string
+  /** Where it goes in the download cache. */
+  file: string
+  /** The module it names. */
+  module: string
+}
+
+/**
+ * For the download step: the symbol files the servers on the symbol path
+ * may have for the modules a profile's frames are in, and that the cache
+ * does not hold yet. `profile` is a Profile or the path of a `.machprof`
+ * file.
+ */
+export declare function symbolDownloads(profile: Profile | string, options?: SymbolOptions): SymbolDownload[]
+
 /**
  * Resolves every frame of a profile to a function: its name (demangled),
  * module, source file and line where debug information exists. JIT frames
  * are named from V8's perf map when the process ran with
- * `--perf-basic-prof`. Addresses nothing resolves stay as `0x…`.
+ * `--perf-basic-prof`; JavaScript frames whose script has a source map
+ * are shown at their original position. A native frame nothing names is
+ * `0x<file address> in <module>`; an address outside every module stays
+ * `0x…`.
  *
- * Works on a profile from `stop()` or one read back from a file, as long as
- * the module files are still on disk. Results are cached per module, so a
- * second call is nearly free.
+ * Names also come from the symbol path (`options.symbolPath`, default
+ * `MACHSAMPLER_SYMBOL_PATH`): dSYM bundles, Breakpad `.sym` files and
+ * debug files in directories, and symbol servers' files already in the
+ * download cache. This never downloads: call {@link fetchSymbols} first.
+ * A symbol file that cannot be used is reported once, through
+ * `process.emitWarning`, and its names stay unknown.
  *
- * @throws `EINVAL` if `profile` is not a valid profile object.
+ * Works on a profile from `stop()` or one read back from a file, as long
+ * as the module files are still on disk. Results are cached per module, so
+ * a second call is nearly free.
+ *
+ * @throws `EINVAL` if `profile` is not a valid profile object, or for a bad
+ *   option.
  */
-export declare function symbolicate(profile: Profile): SymbolTable
+export declare function symbolicate(profile: Profile, options?: SymbolOptions): SymbolTable
+
+/** Where symbol files are looked for (see {@link symbolicate}). */
+export interface SymbolOptions {
+  /**
+   * Symbol directories and symbol servers: an array, or one string with
+   * entries separated by `;`. A directory may hold dSYM bundles,
+   * Breakpad `.sym` files (also in the server layout) and ELF debug
+   * files; an `https://` (or `http://`) entry is a symbol server in the
+   * Breakpad layout `<debug file>/<DEBUG ID>/<debug file>.sym`, read
+   * from its download cache (see {@link fetchSymbols}). Default: the
+   * `MACHSAMPLER_SYMBOL_PATH` environment variable.
+   */
+  symbolPath?: string | string[]
+  /**
+   * The download cache. Default: `$XDG_CACHE_HOME/machsampler/symbols`,
+   * else `~/Library/Caches/machsampler/symbols` (macOS) or
+   * `~/.cache/machsampler/symbols`.
+   */
+  cacheDir?: string
+}
 
 /** Names for the frames of a profile (see {@link symbolicate}). */
 export interface SymbolTable {

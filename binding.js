@@ -850,5 +850,6 @@ module.exports.setNativeUnwinding = nativeBinding.setNativeUnwinding
 module.exports.start = nativeBinding.start
 module.exports.stats = nativeBinding.stats
 module.exports.stop = nativeBinding.stop
+module.exports.symbolDownloads = nativeBinding.symbolDownloads
 module.exports.symbolicate = nativeBinding.symbolicate
 module.exports.threadCount = nativeBinding.threadCount

@@ -10,6 +10,7 @@ export {
   setNativeUnwinding,
   getNativeUnwinding,
   symbolicate,
+  SymbolOptions,
   StartOptions,
   StopOptions,
   Stats,
@@ -42,7 +43,40 @@ export {
   ReportPath,
 } from './binding'
 
-import type { Profile, StartOptions } from './binding'
+import type { Profile, StartOptions, SymbolOptions } from './binding'
+
+/** Options of {@link fetchSymbols}: where to look, and how long to wait. */
+export interface FetchSymbolsOptions extends SymbolOptions {
+  /** Timeout of each request (no answer, or no data for this long), ms: 1 to 600000. Default 20000. */
+  timeoutMs?: number
+}
+
+/** What {@link fetchSymbols} did. Server problems are reported here, never thrown. */
+export interface FetchSymbolsResult {
+  /** Symbol files asked for (not yet in the download cache). */
+  requested: number
+  downloaded: number
+  /** Files the servers do not have (404; not asked again for a day). */
+  missing: number
+  /** Downloads that failed: unreachable server, timeout, HTTP error, not a symbol file. */
+  failed: { url: string; module: string; reason: string }[]
+  /** Servers that could not be reached (each asked once per call). */
+  unreachable: string[]
+  /** One line per problem, for a person. */
+  messages: string[]
+}
+
+/**
+ * Downloads, from the symbol servers on the symbol path (`options.symbolPath`,
+ * default `MACHSAMPLER_SYMBOL_PATH`), the Breakpad symbol files of the modules
+ * the profile's frames are in, into the download cache, for
+ * `symbolicate(profile, options)` to use. The only function that uses the
+ * network; symbolicate() and stop() never do. Resolves even when servers
+ * fail, saying what failed.
+ *
+ * @throws `EINVAL` for a bad profile or option.
+ */
+export declare function fetchSymbols(profile: Profile, options?: FetchSymbolsOptions): Promise<FetchSymbolsResult>
 
 /**
  * Options of {@link withProfiler} and {@link profile}: those of `start()`

@@ -5,6 +5,7 @@
 
 const { api, arity } = require('./lib/addon.js')
 const sugar = require('./lib/sugar.js')
+const { fetchSymbols } = require('./lib/symbol-fetch.js')
 
 require('./lib/workers.js').hookWorkers()
 
@@ -12,4 +13,5 @@ module.exports = {
   ...api,
   withProfiler: arity('withProfiler', sugar.withProfiler, 2),
   profile: arity('profile', sugar.profile, 2),
+  fetchSymbols: arity('fetchSymbols', fetchSymbols, 2),
 }

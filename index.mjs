@@ -21,5 +21,6 @@ export const {
   formats,
   withProfiler,
   profile,
+  fetchSymbols,
 } = machsampler
 export default machsampler

@@ -4,8 +4,9 @@
 // an addon, checks argument counts (so a stray extra argument is an error,
 // not silently ignored), and exposes the public functions.
 
-// The builds that exist, as `<platform>-<arch>[-<libc>]`. See the README's
-// Platforms table for which of them have run where.
+// The platforms with a platform package, as `<platform>-<arch>[-<libc>]`.
+// `npm test` builds the darwin addons and runs only linux-x64-gnu's; the
+// README's Platforms table says which have run where.
 const BUILT = ['linux-x64-gnu', 'linux-arm64-gnu', 'darwin-x64', 'darwin-arm64']
 
 function platformKey() {
@@ -30,7 +31,10 @@ function unsupported(key, cause) {
     ? `machsampler: the native addon for ${key} did not load: the platform package machsampler-${key} is missing ` +
       '(was it installed with --omit=optional or --no-optional?) and there is no local build. ' +
       'Reinstall with optional dependencies, or build it from source with Rust: npm run build in the machsampler directory.' +
-      (cause ? ` Loader error: ${cause.message.split('\n')[0]}` : '')
+      (cause ? ` Loader error: ${cause.message.split('\n')[0]}` : '') +
+      (key.startsWith('darwin')
+        ? " (The macOS addons are built and checked as Mach-O files, but no Mac has run them in this project's CI yet: a report of this error helps.)"
+        : '')
     : `machsampler: cannot run on ${key}: ${why}. Building from source with Rust (npm run build in the machsampler directory) may work; builds exist for ${BUILT.join(', ')}.`
   const err = new Error(message)
   err.code = 'ERR_MACHSAMPLER_UNSUPPORTED_PLATFORM'
@@ -73,7 +77,7 @@ const PUBLIC = {
   threadCount: 0,
   setNativeUnwinding: 1,
   getNativeUnwinding: 0,
-  symbolicate: 1,
+  symbolicate: 2,
   exportProfile: 3,
   saveProfile: 3,
   loadProfile: 1,
@@ -93,6 +97,8 @@ module.exports = {
   processProfileFile: binding.processProfileFile,
   /** For the CLI: start()'s checks of intervalMs and maxStackDepth. */
   checkRecordOptions: binding.checkRecordOptions,
+  /** For the download step: the symbol files servers may have for a profile. */
+  symbolDownloads: arity('symbolDownloads', binding.symbolDownloads, 2),
   codedError,
   arity,
 }

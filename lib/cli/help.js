@@ -47,6 +47,11 @@ Options:
       --perf-map        also name them from V8's perf map (adds
                         --perf-basic-prof-only-functions to the program)
       --idle            count idle samples in the summary and flame graphs
+      --symbol-path <list>  symbol directories and symbol servers, separated
+                        by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
+                        Breakpad .sym files, ELF debug files, and https://
+                        servers in the Breakpad layout (files are downloaded
+                        into the cache after the program exits)
   -q, --quiet           no summary
   -h, --help            this help
 
@@ -66,6 +71,11 @@ Options:
       --top <n>            rows per table (default 15)
       --by <self|total>    sort functions by self or total samples (default self)
       --idle               count idle samples too
+      --symbol-path <list>  symbol directories and symbol servers, separated
+                        by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
+                        Breakpad .sym files, ELF debug files, and https://
+                        servers in the Breakpad layout (files are downloaded
+                        into the cache after the program exits)
   -h, --help               this help
 `,
   convert: () => `Usage: machsampler convert <profile.machprof> -o <file> [options]
@@ -77,6 +87,11 @@ Options:
   -f, --format <name>   the format, whatever the extension
       --idle            keep idle samples in flame graphs and collapsed stacks
       --no-thread-prefix  merge threads in flame graphs and collapsed stacks
+      --symbol-path <list>  symbol directories and symbol servers, separated
+                        by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
+                        Breakpad .sym files, ELF debug files, and https://
+                        servers in the Breakpad layout (files are downloaded
+                        into the cache after the program exits)
   -h, --help            this help
 
 ${formatsHelp()}

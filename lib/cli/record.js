@@ -22,6 +22,7 @@ const env = require('../env.js')
 const { parse, number, CliError, USAGE } = require('./args')
 const { help } = require('./help')
 const { processFile, outputFormat, extensionOf } = require('./profile-io')
+const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
 const text = require('./text')
 
 // JavaScript frames are named from V8 itself while sampling (no flags).
@@ -43,6 +44,7 @@ const SPEC = {
   'perf-map': { type: 'boolean' },
   idle: { type: 'boolean' },
   quiet: { type: 'boolean', short: 'q' },
+  'symbol-path': { type: 'string' },
 }
 
 function timestamp(d = new Date()) {
@@ -119,6 +121,7 @@ function parseRecordArgs(argv) {
     perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
     includeIdle: values.idle === true,
     quiet: values.quiet === true,
+    symbols: symbolOptions(values),
   }
 }
 
@@ -255,12 +258,16 @@ async function record(argv) {
     const raw = path.join(sessionDir, 'raw.machprof')
     if (!fs.existsSync(raw)) throw noProfile(opts, status)
     const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle }))
+    // The program has exited: now symbol files may be downloaded.
+    await fetchFor(raw, opts.symbols, { quiet: opts.quiet })
     const result = processFile(raw, {
+      symbols: opts.symbols,
       output: opts.output,
       save: { format: opts.format, includeIdle: opts.includeIdle },
       reports: opts.quiet ? [] : reports,
     })
     removePerfMap(opts, result.summary.pid)
+    printWarnings(result)
     if (!opts.quiet) process.stderr.write(summary(opts, result))
     return status
   } finally {

@@ -4,6 +4,7 @@
 const { parse, number, oneProfile, CliError, USAGE } = require('./args')
 const { help } = require('./help')
 const { processFile } = require('./profile-io')
+const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
 const text = require('./text')
 
 const SPEC = {
@@ -12,6 +13,7 @@ const SPEC = {
   top: { type: 'string' },
   by: { type: 'string' },
   idle: { type: 'boolean' },
+  'symbol-path': { type: 'string' },
 }
 
 function checkReportOptions(options) {
@@ -23,14 +25,18 @@ function checkReportOptions(options) {
   }
 }
 
-function report(argv) {
+async function report(argv) {
   const { values, positionals } = parse(argv, SPEC, { command: 'report' })
   if (values.help) return help('report')
   const input = oneProfile('report', positionals)
   const options = { thread: values.thread, top: number(values, 'top'), by: values.by, includeIdle: values.idle === true }
   checkReportOptions(options)
   for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k]
-  const { summary, reports } = processFile(input, { reports: [options] })
+  const symbols = symbolOptions(values)
+  await fetchFor(input, symbols)
+  const result = processFile(input, { symbols, reports: [options] })
+  printWarnings(result)
+  const { summary, reports } = result
   const [r] = reports
   const lines = [`machsampler report: ${input}`, ...text.overview(summary), '']
   lines.push(...text.threadsTable(r), '')

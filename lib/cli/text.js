@@ -27,6 +27,7 @@ function clip(s, max = NAME_MAX) {
  */
 function where(f) {
   if (f.file && f.name.includes(f.file)) return f.module
+  if (!f.file && f.module && f.name.endsWith(` in ${f.module}`)) return ''
   if (f.file) return f.line ? `${path.basename(f.file)}:${f.line}` : path.basename(f.file)
   return f.module
 }

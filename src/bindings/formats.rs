@@ -203,7 +203,7 @@ pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<JsProfile<'en
     JsProfile::from_data(env, &data).map_err(napi_fail)
 }
 
-fn read_machprof(path: &str) -> JsResult<ProfileData> {
+pub(crate) fn read_machprof(path: &str) -> JsResult<ProfileData> {
     if Path::new(path).is_dir() {
         return Err(napi::Error::new("EISDIR", format!("cannot read '{path}': is a directory")));
     }
@@ -528,18 +528,24 @@ pub struct JsProcessedProfile {
     pub format: Option<String>,
     /// One report per entry of `job.reports`.
     pub reports: Vec<JsProfileReport>,
+    /// What symbolization could not use (a corrupt symbol file, a broken
+    /// source map), each once.
+    pub warnings: Vec<String>,
 }
 
-const JOB_KEYS: &str = "symbolicate, output, save, reports";
+const JOB_KEYS: &str = "symbolicate, symbols, output, save, reports";
 
 /// Reads a `.machprof` file and, in one call, names its frames, writes it
 /// in another format and computes reports: what `machsampler record`,
 /// `report` and `convert` do with a profile, without moving it through
 /// JavaScript. `job.symbolicate` names the frames when the profile has no
-/// names yet and was recorded on this platform (the module files may still
-/// be there; names that cannot be found stay addresses). `job.output` is
+/// names yet, from the module files if they are still there and from the
+/// symbol path (names that cannot be found stay addresses; V8's perf map
+/// is read only for a profile recorded on this platform). `job.output` is
 /// the file to write, `job.save` its export options (`format` included);
-/// `job.reports` a list of report options.
+/// `job.reports` a list of report options; `job.symbols` the symbol path
+/// options (see {@link symbolicate}), with which a profile from another
+/// platform is symbolicated too.
 ///
 /// @throws as {@link loadProfile}, {@link saveProfile} and
 ///   {@link profileReport} do; nothing is written unless every option is
@@ -551,10 +557,12 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
     let mut output = None;
     let mut save = None;
     let mut reports = Vec::new();
+    let mut symbol_options = None;
     for (key, val) in entries(job, "job")? {
         let what = format!("job.{key}");
         match key.as_str() {
             "symbolicate" => symbolicate = boolean(&val, &what)?,
+            "symbols" => symbol_options = Some(super::symbols::symbol_options(val, &what)?),
             "output" => output = Some(val),
             "save" => save = Some(val),
             "reports" => {
@@ -576,8 +584,20 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
         (None, None) => None,
     };
     let mut data = read_machprof(&input)?;
-    if symbolicate && data.symbols.is_none() && data.meta.platform == crate::profile::Meta::current().platform {
-        data.symbols = Some(crate::symbols::symbolicate(&data, &Default::default()));
+    let mut warnings = Vec::new();
+    if symbolicate && data.symbols.is_none() {
+        let mut options = match symbol_options {
+            Some(o) => o,
+            None => super::symbols::default_symbol_options()?,
+        };
+        // A perf map here belongs to a local process, not to a profile
+        // recorded on another platform that happens to have its pid.
+        if data.meta.platform != crate::profile::Meta::current().platform {
+            options.perf_map = Some(std::path::PathBuf::new());
+        }
+        let (symbols, w) = crate::symbols::symbolicate_with_warnings(&data, &options);
+        data.symbols = Some(symbols);
+        warnings = w;
     }
     if let Some(s) = &save {
         s.write(&data)?;
@@ -587,6 +607,7 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
         summary: JsProfileSummary::of(&data),
         format: save.map(|s| s.format.name().to_string()),
         reports,
+        warnings,
     })
 }
 
@@ -597,6 +618,9 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
 pub struct JsProfileJob {
     /// Name the frames if the profile has no names yet.
     pub symbolicate: Option<bool>,
+    /// Where symbol files are (see {@link symbolicate}).
+    #[napi(ts_type = "SymbolOptions")]
+    pub symbols: Option<super::symbols::JsSymbolOptions>,
     /// Also write the profile here (format by extension, or `save.format`).
     pub output: Option<String>,
     /// Export options for `output`.

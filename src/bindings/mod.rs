@@ -343,7 +343,13 @@ pub fn stop<'env>(env: &'env Env, options: Unknown<'env>) -> Result<Unknown<'env
     let mut data = control::stop_profile().map_err(js_error)?;
     warn_about_losses(env, &data.stats, buffer_rows);
     if symbolicate {
-        data.symbols = Some(crate::symbols::symbolicate(&data, &Default::default()));
+        // The symbol path from MACHSAMPLER_SYMBOL_PATH; files only, never
+        // a download. The session is over: a bad variable must not lose
+        // the profile, so it is then ignored.
+        let options = symbols::default_symbol_options().unwrap_or_default();
+        let (s, warnings) = crate::symbols::symbolicate_with_warnings(&data, &options);
+        symbols::emit_warnings(env, &warnings);
+        data.symbols = Some(s);
     }
     let profile = JsProfile::from_data(env, &data).map_err(napi_fail)?;
     let profile = profile.into_unknown(env).map_err(napi_fail)?;

@@ -79,6 +79,19 @@ impl Function {
     pub fn unknown(addr: u64, module: i32) -> Self {
         Function { name: format!("0x{addr:x}"), module, file: String::new(), line: 0, kind: FunctionKind::Unknown }
     }
+
+    /// An address in module `module` (named `module_name`) that nothing
+    /// names: `0x<file address> in <module_name>`. The file address is the
+    /// one `atos -o`, `addr2line -e` and `llvm-symbolizer` take.
+    pub fn unknown_in(file_address: u64, module: i32, module_name: &str) -> Self {
+        Function {
+            name: format!("0x{file_address:x} in {module_name}"),
+            module,
+            file: String::new(),
+            line: 0,
+            kind: FunctionKind::Unknown,
+        }
+    }
 }
 
 /// Names for every frame: frame `i` is in function `frame_function[i]`, at

@@ -142,7 +142,8 @@ mod tests {
         let timeline = PerfMapTimeline { points: vec![(0, first_end), (7_000, text.len() as u64)], complete: true };
         assert_eq!(pin_with(&mut p, &timeline, &map), 3);
         p.validate().unwrap();
-        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()) });
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
         let leaf = |i: usize| {
             let f = p.stack_frame[p.sample_stack[i] as usize] as usize;
             s.functions[s.frame_function[f] as usize].name.clone()

@@ -1,65 +1,96 @@
 //! Symbolization: frame addresses to function names, modules, files and
 //! lines.
 //!
-//! Crates: `object` for symbol tables and `addr2line` for DWARF (the gimli
-//! stack that std's backtraces and samply build on), `cpp_demangle` and
-//! `rustc-demangle`. Chosen over `wholesym` (async, much larger dependency
-//! tree, made for out-of-process symbol servers) and `blazesym` (Linux
-//! only; we must also build for macOS).
+//! Crates: `object` for symbol tables and the dyld shared cache,
+//! `addr2line` for DWARF (the gimli stack that std's backtraces and samply
+//! build on), `macho-unwind-info` for Mach-O function starts, `sourcemap`,
+//! `cpp_demangle` and `rustc-demangle`. Chosen over `samply-symbols` and
+//! `wholesym` (async helper-driven API that stop() would block on; a
+//! second, older copy of object/gimli/addr2line; wholesym downloads from
+//! inside symbolization, which must never happen here) and `blazesym`
+//! (Linux only; we must also build for macOS).
 //!
 //! Each frame is resolved, in order, by:
 //! 0. for a JavaScript frame V8 named while sampling (see `crate::v8`), that
-//!    name;
-//! 1. the module containing it (from the profile's module table): the
-//!    nearest symbol at or below its file address, demangled, with file:line
-//!    from DWARF where present;
+//!    name, moved to the original source if the script has a source map
+//!    (see `source_map`);
+//! 1. the module containing it (from the profile's module table), with
+//!    everything known about it (see `module`): a named function, with
+//!    file:line where debug information exists; or a function known to
+//!    have no name, shown as `0x<file address> in <module>`;
 //! 2. V8's perf map for JIT code (`/tmp/perf-<pid>.map`), newest line first
 //!    (addresses whose meaning changed during the session were already
 //!    pinned per sample at `stop()`, see `jit_history`);
-//! 3. otherwise it stays `0x…`, attributed to its module if it has one.
+//! 3. otherwise it stays `0x…` (with its module, if it has one).
 //!
 //! Return addresses point after the call, so every frame used as a caller is
 //! looked up at `address - 1`; only frames that are never callers (sample
 //! leaves, the interrupted pc) are looked up as is.
 //!
-//! Module tables are cached for the life of the process, keyed by path and
-//! build id, so symbolizing a second profile is cheap.
+//! Symbolization reads files only: symbol servers on the symbol path are
+//! read from their download cache (see `symbol_path`), which only the
+//! explicit download step fills. Module tables are cached for the life of
+//! the process, keyed by path, build id and symbol path, so symbolizing a
+//! second profile is cheap.
 
+pub mod breakpad;
 pub mod demangle;
+pub mod dyld_cache;
+pub mod elf;
 pub mod jit_history;
+pub mod macho;
 pub mod module;
 pub mod perf_map_watch;
 pub mod perfmap;
+pub mod source_map;
+pub mod symbol_path;
+#[cfg(test)]
+pub(crate) mod test_fixtures;
+pub mod vdso;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashMap;
 
 use crate::profile::{js_frame_index, Function, FunctionKind, ProfileData, Symbols};
-use module::ModuleSymbols;
+use module::{Lookup, ModuleRef, ModuleSymbols};
 use perfmap::{parse_name, PerfMap};
+use symbol_path::SymbolPath;
 
-/// Where to find JIT names.
+/// Where to find names besides the module files.
 #[derive(Clone, Debug, Default)]
 pub struct SymbolicateOptions {
     /// The perf map to read; default `/tmp/perf-<pid>.map` of the profile's
     /// process.
     pub perf_map: Option<PathBuf>,
+    /// Symbol directories and (cached) symbol servers.
+    pub symbol_path: SymbolPath,
 }
 
-type Cache = Mutex<HashMap<(String, String), Arc<Mutex<ModuleSymbols>>>>;
+type Cache = Mutex<HashMap<(String, String, String), Arc<Mutex<ModuleSymbols>>>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
-fn module_symbols(path: &str, build_id: &str) -> Arc<Mutex<ModuleSymbols>> {
-    let key = (path.to_string(), build_id.to_string());
+fn module_symbols(m: &ModuleRef, symbol_path: &SymbolPath, warn: &mut dyn FnMut(String)) -> Arc<Mutex<ModuleSymbols>> {
+    let key = (m.path.to_string(), m.build_id.to_string(), format!("{}:{}", symbol_path.key(), m.image_base));
     let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
-    c.entry(key).or_insert_with(|| Arc::new(Mutex::new(ModuleSymbols::load(Path::new(path), build_id)))).clone()
+    // A symbol file downloaded since the module was loaded: load it again.
+    if c.get(&key).is_some_and(|t| t.lock().unwrap_or_else(|e| e.into_inner()).stale()) {
+        c.remove(&key);
+    }
+    c.entry(key)
+        .or_insert_with(|| Arc::new(Mutex::new(ModuleSymbols::load_with(m, &symbol_path.local_dirs(), warn))))
+        .clone()
+}
+
+/// The file name of a module path, for `0x… in <module>`.
+fn module_name(path: &str) -> &str {
+    path.rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or(path)
 }
 
 /// Drops every cached module table (for tests and long-lived tools).
@@ -113,6 +144,20 @@ enum FunctionKey {
 
 /// Resolves every frame of `profile`.
 pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbols {
+    symbolicate_with_warnings(profile, options).0
+}
+
+/// Resolves every frame of `profile`, and says what went wrong on the way
+/// (a corrupt symbol file, a broken source map), each problem once.
+pub fn symbolicate_with_warnings(profile: &ProfileData, options: &SymbolicateOptions) -> (Symbols, Vec<String>) {
+    let mut warnings: Vec<String> = Vec::new();
+    let mut warn = |w: String| {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    };
+    let darwin = profile.meta.platform == "darwin";
+    let mut source_maps = source_map::SourceMaps::default();
     let probes = lookup_addresses(profile);
     let modules = ModuleRanges::new(profile);
     let perf_map_path =
@@ -135,10 +180,7 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
         // Named by V8 when the sample was taken. (A tagged address with no
         // name, as in a hand-edited profile, is just an unknown address.)
         if let Some((j, raw)) = js_frame_index(addr).and_then(|j| Some((j, profile.js_names.get(j)?))) {
-            let f = intern(FunctionKey::V8(j), &mut || {
-                let n = parse_name(raw);
-                Function { name: n.display, module: -1, file: n.file, line: n.line, kind: FunctionKind::Js }
-            });
+            let f = intern(FunctionKey::V8(j), &mut || source_maps.function(raw, &mut warn));
             frame_function.push(f);
             frame_line.push(0);
             continue;
@@ -147,20 +189,46 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
         let module = modules.find(probe);
         if let Some(mi) = module {
             let m = &profile.modules[mi];
-            let table = tables.entry(mi).or_insert_with(|| module_symbols(&m.path, &m.build_id));
-            let hit = table.lock().unwrap_or_else(|e| e.into_inner()).lookup(probe.wrapping_sub(m.bias));
-            if let Some((hit, line)) = hit {
-                let f = intern(FunctionKey::Native { module: mi, start: hit.start }, &mut || Function {
-                    name: hit.name.clone(),
-                    module: mi as i32,
-                    file: hit.file.clone(),
-                    line: hit.line,
-                    kind: FunctionKind::Native,
-                });
-                frame_function.push(f);
-                frame_line.push(line);
-                continue;
-            }
+            let table = tables.entry(mi).or_insert_with(|| {
+                let r = ModuleRef {
+                    path: &m.path,
+                    build_id: &m.build_id,
+                    image_base: m.start.wrapping_sub(m.bias),
+                    macho: darwin,
+                };
+                module_symbols(&r, &options.symbol_path, &mut warn)
+            });
+            let svma = probe.wrapping_sub(m.bias);
+            let hit = table.lock().unwrap_or_else(|e| e.into_inner()).lookup(svma);
+            let (key, function, line) = match hit {
+                Some(Lookup::Named(hit, line)) => (
+                    FunctionKey::Native { module: mi, start: hit.start },
+                    Function {
+                        name: hit.name,
+                        module: mi as i32,
+                        file: hit.file,
+                        line: hit.line,
+                        kind: FunctionKind::Native,
+                    },
+                    line,
+                ),
+                // In a function without a name: one entry per function.
+                Some(Lookup::Unnamed { start }) => (
+                    FunctionKey::Native { module: mi, start },
+                    Function::unknown_in(start, mi as i32, module_name(&m.path)),
+                    0,
+                ),
+                None => (
+                    FunctionKey::Unknown(addr),
+                    Function::unknown_in(addr.wrapping_sub(m.bias), mi as i32, module_name(&m.path)),
+                    0,
+                ),
+            };
+            let mut function = Some(function);
+            let f = intern(key, &mut || function.take().unwrap_or_else(|| Function::unknown(addr, mi as i32)));
+            frame_function.push(f);
+            frame_line.push(line);
+            continue;
         } else {
             // Not in any module: JIT code, if V8 wrote a perf map.
             let map = perf_map.get_or_insert_with(|| PerfMap::read(&perf_map_path));
@@ -184,7 +252,7 @@ pub fn symbolicate(profile: &ProfileData, options: &SymbolicateOptions) -> Symbo
         frame_function.push(f);
         frame_line.push(0);
     }
-    Symbols { frame_function, frame_line, functions }
+    (Symbols { frame_function, frame_line, functions }, warnings)
 }
 
 #[cfg(test)]
@@ -197,9 +265,12 @@ mod tests {
         let mut p = sample_profile();
         p.symbols = None;
         p.modules[0].path = "/nonexistent/app".into();
-        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()) });
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
         assert_eq!(s.frame_function.len(), 4);
-        assert_eq!(s.functions[s.frame_function[1] as usize].name, "0x2000");
+        // In a module: the file address (of the frame, not of the lookup
+        // probe one byte before a return address) and the module.
+        assert_eq!(s.functions[s.frame_function[1] as usize].name, "0x2000 in app");
         assert_eq!(s.functions[0].module, 0);
         assert!(s.functions.iter().all(|f| f.kind == FunctionKind::Unknown));
     }
@@ -210,7 +281,7 @@ mod tests {
         p.modules.clear();
         let dir = std::env::temp_dir().join(format!("machsampler-perfmap-{}", std::process::id()));
         std::fs::write(&dir, "1f00 200 JS:*main /app.js:1:1\n2f00 200 JS:~b /app.js:5:3\n").unwrap();
-        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some(dir.clone()) });
+        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some(dir.clone()), ..Default::default() });
         std::fs::remove_file(&dir).unwrap();
         let name = |frame: usize| s.functions[s.frame_function[frame] as usize].name.clone();
         // Frame 0 (0x1000) is a caller: looked up at 0xfff, outside the map.
@@ -226,12 +297,70 @@ mod tests {
         let mut p = sample_profile();
         p.js_names = vec!["JS:*fib /app/fib.js:3:13".into()];
         p.frame_address[2] = crate::profile::JS_FRAME_TAG;
-        let s = symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()) });
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
         let f = &s.functions[s.frame_function[2] as usize];
         assert_eq!(
             (f.name.as_str(), f.file.as_str(), f.line, f.kind),
             ("fib (/app/fib.js:3:13)", "/app/fib.js", 3, FunctionKind::Js)
         );
+    }
+
+    /// A symbol file that appears after a module was loaded (a download)
+    /// is used by the next symbolization in the same process.
+    #[test]
+    fn symbol_files_downloaded_later_are_noticed() {
+        use crate::symbols::test_fixtures::{fixture, tempdir};
+        let sym_dir = fixture("macho/lld-arm64/breakpad/libfl.dylib");
+        let id = std::fs::read_dir(&sym_dir).unwrap().next().unwrap().unwrap().file_name();
+        let sym = sym_dir.join(&id).join("libfl.dylib.sym");
+        let rva = std::fs::read_to_string(&sym)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_suffix(" local_beta").and_then(|l| l.strip_prefix("FUNC ")).map(|l| l.to_string()))
+            .unwrap();
+        let rva = u64::from_str_radix(rva.split(' ').next().unwrap(), 16).unwrap();
+        let mut p = sample_profile();
+        p.meta.platform = "darwin".into();
+        p.modules[0].path = fixture("macho/lld-arm64/stripped/libfl.dylib").to_string_lossy().into_owned();
+        p.modules[0].build_id = id.to_string_lossy()[..32].to_ascii_lowercase();
+        p.frame_address[2] = rva + 4;
+        let dir = tempdir("later");
+        let options = SymbolicateOptions {
+            perf_map: Some("/nonexistent.map".into()),
+            symbol_path: SymbolPath::parse(&[dir.to_string_lossy()], &dir).unwrap(),
+        };
+        let name = |s: &Symbols| s.functions[s.frame_function[2] as usize].name.clone();
+        assert_eq!(name(&symbolicate(&p, &options)), format!("0x{rva:x} in libfl.dylib"));
+        std::fs::create_dir_all(dir.join("libfl.dylib").join(&id)).unwrap();
+        std::fs::copy(&sym, dir.join("libfl.dylib").join(&id).join("libfl.dylib.sym")).unwrap();
+        assert_eq!(name(&symbolicate(&p, &options)), "local_beta");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The vDSO has no file; this process's image names its frames.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn vdso_frames_are_named() {
+        use object::{Object, ObjectSymbol};
+        let modules = crate::platform::loaded_modules();
+        let vdso = modules.iter().find(|m| vdso::is_vdso(&m.path)).expect("the vDSO is a loaded module").clone();
+        let image = vdso::image().unwrap();
+        let file = object::File::parse(&*image).unwrap();
+        let sym = file.dynamic_symbols().find(|s| s.name().is_ok_and(|n| n.ends_with("clock_gettime"))).unwrap();
+        let mut p = sample_profile();
+        p.frame_address = vec![0x1000, 0x2000, sym.address() + vdso.bias + 1, 0x4000];
+        p.modules = vec![vdso.clone()];
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
+        let f = &s.functions[s.frame_function[2] as usize];
+        assert!(f.name.ends_with("clock_gettime"), "{f:?}");
+        // Recorded under another kernel (build id): unknown, not wrong.
+        p.modules[0].build_id = "00".repeat(20);
+        clear_cache();
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
+        assert_eq!(s.functions[s.frame_function[2] as usize].kind, FunctionKind::Unknown);
     }
 
     #[test]

@@ -96,7 +96,8 @@ if (isMainThread) {
 
 /** Copies the loadable package (addon, loader, index) to another directory. */
 function copyAddon(dir) {
-  const node = fs.readdirSync(ROOT).find((f) => f.endsWith('.node'))
+  // This platform's build (the macOS builds may sit beside it).
+  const node = fs.readdirSync(ROOT).find((f) => f.startsWith(`machsampler.${process.platform}-${process.arch}`) && f.endsWith('.node'))
   for (const f of [node, 'binding.js', 'index.js', 'package.json']) fs.copyFileSync(path.join(ROOT, f), path.join(dir, f))
   fs.cpSync(path.join(ROOT, 'lib'), path.join(dir, 'lib'), { recursive: true })
   return dir

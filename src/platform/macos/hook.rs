@@ -130,9 +130,11 @@ pub fn make_inert() {
     ENABLED.store(false, Ordering::SeqCst);
 }
 
-/// Calls, once, every function the hook and the stopped window use, so that
-/// a lazily bound symbol is resolved now and never by dyld (which takes a
-/// lock) inside the hook or while a thread is suspended.
+/// Calls, once, every function the hook and the stopped window use. The
+/// built addons bind all of them at load (see the `macos` module docs);
+/// in a build linked with lazy binding, this resolves them now rather than
+/// in dyld's binder (which takes a lock) inside the hook or while a thread
+/// is suspended.
 fn warm_up() {
     // SAFETY: each call is made on the calling thread with valid arguments;
     // the right from mach_thread_self is released at once.

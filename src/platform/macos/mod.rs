@@ -46,8 +46,13 @@
 //! nothing there that allocates, locks, logs, or goes through a lazily bound
 //! symbol: it reads the exit log (atomics), calls `thread_get_state` and
 //! `mach_absolute_time`, strips pointer tags and walks within the thread's
-//! stack bounds. Every function the window and the hook call is called
-//! once when the hook is installed, so dyld has bound it before it matters. A `StoppedWindow` guard spans the window
+//! stack bounds. No function the window, the hook or the tick calls is
+//! bound lazily: dyld binds them all when it loads the addon (Apple's ld
+//! links with `-bind_at_load`, see build.rs; the zig-linked builds call
+//! libSystem through GOT entries, see scripts/build-darwin.sh), which
+//! tests/macho.rs checks in the built files. Each is also called once when
+//! the hook is installed ([`hook`]'s `warm_up`), which binds it early in a
+//! build linked some other way. A `StoppedWindow` guard spans the window
 //! so that `MACHSAMPLER_ALLOC_CHECK=1` catches any allocation in it.
 //!
 //! Errors: `KERN_TERMINATED`, `KERN_INVALID_ARGUMENT` and
@@ -235,7 +240,7 @@ fn own_port() -> thread_act_t {
     unsafe { libc::pthread_mach_thread_np(libc::pthread_self()) }
 }
 
-/// Binds the functions the stopped window and the tick use (see
+/// Calls, once, the functions the stopped window and the tick use (see
 /// `hook::warm_up`). The null port makes each Mach call fail at once.
 pub(crate) fn warm_up_sampling() {
     let mut state = arch::ThreadState::default();

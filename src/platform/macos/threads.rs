@@ -25,8 +25,9 @@ pub fn deallocate(port: mach_port_t) {
     }
 }
 
-/// Binds every function used here and in the stopped window at
-/// installation time; the null port makes each call fail at once.
+/// Calls every function used here and in the stopped window once, at
+/// installation (see `hook::warm_up`); the null port makes each call fail
+/// at once.
 pub fn warm_up() {
     let _ = thread_tid(MACH_PORT_NULL);
     let _ = cpu_ns(MACH_PORT_NULL);

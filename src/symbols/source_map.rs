@@ -1,0 +1,371 @@
+//! JavaScript frames moved to their original source through source maps.
+//!
+//! A script compiled from TypeScript or bundled from many files usually
+//! carries a source map: an inline `//# sourceMappingURL=data:…` comment,
+//! a comment naming a `.map` file, or a `<script>.map` file beside it. V8
+//! names each function by its position in the compiled script; through the
+//! map that position becomes the original file, line and column, and the
+//! original function name where the map records one. Each function of a
+//! bundle maps on its own, so a bundle is split back into its original
+//! functions and files. No flag is needed.
+//!
+//! Maps are read once per script (per process, while the script file is
+//! unchanged). A script without a map keeps its compiled position; a map
+//! that is referenced but missing or broken does too, with one warning.
+//! Only local files are read, never a URL.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::profile::{Function, FunctionKind};
+
+/// Scripts larger than this are not searched for a map (a map of a script
+/// that size is rarely useful, and reading it costs).
+const MAX_SCRIPT_BYTES: u64 = 64 << 20;
+const MAX_MAP_BYTES: u64 = 256 << 20;
+
+type Loaded = Result<Option<Arc<ScriptMap>>, String>;
+/// Script path -> (its modification time and size, its map).
+type Cache = Mutex<HashMap<PathBuf, ((std::time::SystemTime, u64), Loaded)>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+pub struct ScriptMap {
+    map: sourcemap::SourceMap,
+    /// Where relative `sources` are resolved from (the map's directory).
+    dir: PathBuf,
+}
+
+/// The per-symbolization view: maps by script, each problem said once.
+#[derive(Default)]
+pub struct SourceMaps {
+    by_script: HashMap<String, Option<Arc<ScriptMap>>>,
+}
+
+/// `url` as a local file path: an absolute path or a `file://` URL.
+fn script_path(url: &str) -> Option<PathBuf> {
+    if let Some(rest) = url.strip_prefix("file://") {
+        let decoded = percent_decode(rest);
+        return decoded.starts_with('/').then(|| PathBuf::from(decoded));
+    }
+    url.starts_with('/').then(|| PathBuf::from(url))
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (digit(b[i + 1]), digit(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Removes `.` and `..` components without touching the file system.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The last `sourceMappingURL` comment of a script.
+fn map_reference(script: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(script);
+    let at = text.rfind("//# sourceMappingURL=").or_else(|| text.rfind("//@ sourceMappingURL="))?;
+    let url = text[at + 21..].lines().next()?.trim();
+    (!url.is_empty()).then(|| url.to_string())
+}
+
+fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > max {
+        return Err(format!("larger than {} MiB", max >> 20));
+    }
+    std::fs::read(path).map_err(|e| e.to_string())
+}
+
+fn decode(bytes: &[u8]) -> Result<sourcemap::SourceMap, String> {
+    match sourcemap::decode_slice(bytes).map_err(|e| e.to_string())? {
+        sourcemap::DecodedMap::Regular(m) => Ok(m),
+        sourcemap::DecodedMap::Index(i) => i.flatten().map_err(|e| e.to_string()),
+        sourcemap::DecodedMap::Hermes(h) => Ok((*h).clone()),
+    }
+}
+
+/// Finds and reads the map of the script at `path`: `Ok(None)` if it has
+/// none, an error if it names one that cannot be used.
+fn load(path: &Path) -> Loaded {
+    let script = read_bounded(path, MAX_SCRIPT_BYTES)?;
+    let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let (bytes, map_dir, what) = match map_reference(&script) {
+        Some(url) if url.starts_with("data:") => {
+            let map = match sourcemap::decode_data_url(&url).map_err(|e| format!("inline source map: {e}"))? {
+                sourcemap::DecodedMap::Regular(m) => m,
+                sourcemap::DecodedMap::Index(i) => i.flatten().map_err(|e| format!("inline source map: {e}"))?,
+                sourcemap::DecodedMap::Hermes(h) => (*h).clone(),
+            };
+            return Ok(Some(Arc::new(ScriptMap { map, dir })));
+        }
+        Some(url) if url.contains("://") && !url.starts_with("file://") => {
+            return Err(format!("source map {url} is not a local file"));
+        }
+        Some(url) => {
+            let p = script_path(&url).unwrap_or_else(|| normalize(&dir.join(percent_decode(&url))));
+            let bytes = read_bounded(&p, MAX_MAP_BYTES).map_err(|e| format!("source map {}: {e}", p.display()))?;
+            (bytes, p.parent().unwrap_or(Path::new("/")).to_path_buf(), p)
+        }
+        None => {
+            let mut beside = path.as_os_str().to_owned();
+            beside.push(".map");
+            let p = PathBuf::from(beside);
+            match read_bounded(&p, MAX_MAP_BYTES) {
+                Ok(b) => (b, dir.clone(), p),
+                Err(_) => return Ok(None),
+            }
+        }
+    };
+    let map = decode(&bytes).map_err(|e| format!("source map {}: {e}", what.display()))?;
+    Ok(Some(Arc::new(ScriptMap { map, dir: map_dir })))
+}
+
+fn cached_load(path: &Path) -> Loaded {
+    let stamp = std::fs::metadata(path).ok().map(|m| (m.modified().unwrap_or(std::time::UNIX_EPOCH), m.len()));
+    let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
+    if let (Some(stamp), Some((s, loaded))) = (stamp, c.get(path)) {
+        if *s == stamp {
+            return loaded.clone();
+        }
+    }
+    let loaded = load(path);
+    if let Some(stamp) = stamp {
+        c.insert(path.to_path_buf(), (stamp, loaded.clone()));
+    }
+    loaded
+}
+
+/// An original position: file, 1-based line and column, and the original
+/// name if the map has one there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Original {
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub name: Option<String>,
+}
+
+impl ScriptMap {
+    /// Maps a 1-based compiled position.
+    pub fn original(&self, line: u32, column: u32) -> Option<Original> {
+        let (l, c) = (line.checked_sub(1)?, column.saturating_sub(1));
+        let t = self.map.lookup_token(l, c)?;
+        // A token from an earlier line says nothing about this position.
+        if t.get_dst_line() != l {
+            return None;
+        }
+        let source = t.get_source()?;
+        let file = match script_path(source) {
+            Some(p) => p,
+            None => normalize(&self.dir.join(percent_decode(source))),
+        };
+        // V8 puts a function at its parameter list; the original name is
+        // on the identifier just before it (or on the token itself).
+        let name = t.get_name().map(str::to_string).or_else(|| {
+            let before = self.map.lookup_token(l, c.checked_sub(1)?)?;
+            (before.get_dst_line() == l).then(|| before.get_name().map(str::to_string)).flatten()
+        });
+        Some(Original {
+            file: file.to_string_lossy().into_owned(),
+            line: t.get_src_line() + 1,
+            column: t.get_src_col() + 1,
+            name,
+        })
+    }
+}
+
+/// `url:line:column` split, if it has both numbers.
+fn split_position(location: &str) -> Option<(&str, u32, u32)> {
+    let (rest, col) = location.rsplit_once(':')?;
+    let (url, line) = rest.rsplit_once(':')?;
+    Some((url, line.parse().ok()?, col.parse().ok()?))
+}
+
+impl SourceMaps {
+    fn map_for(&mut self, url: &str, warn: &mut dyn FnMut(String)) -> Option<Arc<ScriptMap>> {
+        if let Some(m) = self.by_script.get(url) {
+            return m.clone();
+        }
+        let map = script_path(url).and_then(|p| match cached_load(&p) {
+            Ok(m) => m,
+            Err(e) => {
+                warn(format!("{e}; functions of {url} are shown at their compiled positions"));
+                None
+            }
+        });
+        self.by_script.insert(url.to_string(), map.clone());
+        map
+    }
+
+    /// The function for V8's name text `raw` (`JS:*fib /app/fib.js:3:13`),
+    /// at its original position when its script has a source map.
+    pub fn function(&mut self, raw: &str, warn: &mut dyn FnMut(String)) -> Function {
+        let n = super::perfmap::parse_name(raw);
+        let js = crate::v8::parse_js_name(raw);
+        let compiled = Function { name: n.display, module: -1, file: n.file, line: n.line, kind: FunctionKind::Js };
+        let Some((url, line, column)) = split_position(&js.location).filter(|_| js.is_js) else { return compiled };
+        let Some(map) = self.map_for(url, warn) else { return compiled };
+        let Some(o) = map.original(line, column) else { return compiled };
+        let name = match o.name {
+            Some(n) if !n.is_empty() => n,
+            _ => js.function.clone(),
+        };
+        Function {
+            name: format!("{name} ({}:{}:{})", o.file, o.line, o.column),
+            module: -1,
+            file: o.file,
+            line: o.line,
+            kind: FunctionKind::Js,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::test_fixtures::fixture;
+
+    fn map_all(raw: &str) -> (Function, Vec<String>) {
+        let mut warnings = Vec::new();
+        let f = SourceMaps::default().function(raw, &mut |w| warnings.push(w));
+        (f, warnings)
+    }
+
+    /// Positions in the compiled fixture (`tsc`), found by text, so the
+    /// test does not depend on how the compiler laid it out.
+    fn position_of(js: &Path, needle: &str) -> (u32, u32) {
+        let text = std::fs::read_to_string(js).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if let Some(c) = line.find(needle) {
+                return (i as u32 + 1, (c + needle.len()) as u32);
+            }
+        }
+        panic!("{needle} not in {}", js.display());
+    }
+
+    fn ts_line_of(ts: &Path, needle: &str) -> u32 {
+        std::fs::read_to_string(ts).unwrap().lines().position(|l| l.contains(needle)).unwrap() as u32 + 1
+    }
+
+    #[test]
+    fn compiled_typescript_is_shown_at_its_ts_lines() {
+        let dir = fixture("sourcemap");
+        let ts = dir.join("src/fib.ts");
+        for (js, how) in [("dist/fib.js", "a .map file named by the script"), ("inline/fib.js", "an inline map")] {
+            let js = dir.join(js);
+            for func in ["fibonacci", "sumOfSquares"] {
+                // V8 puts a function at its `(`.
+                let (line, col) = position_of(&js, &format!("function {func}"));
+                let raw = format!("JS:*{func} {}:{line}:{}", js.display(), col + 1);
+                let (f, w) = map_all(&raw);
+                assert!(w.is_empty(), "{w:?}");
+                let want = ts_line_of(&ts, &format!("function {func}"));
+                assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), want), "{how}: {func}");
+                assert!(f.name.starts_with(&format!("{func} ({}:{want}:", ts.display())), "{}", f.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_bundle_is_split_into_its_original_files_and_names() {
+        let dir = fixture("sourcemap");
+        let js = dir.join("bundle/bundle.min.js");
+        // The minifier renamed the functions; the map has the originals.
+        let text = std::fs::read_to_string(&js).unwrap();
+        let mut seen = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            for (c, _) in line.match_indices("function ") {
+                let open = line[c..].find('(').unwrap() + c;
+                let short = &line[c + 9..open];
+                let raw = format!("JS:*{short} {}:{}:{}", js.display(), i + 1, open + 1);
+                let (f, w) = map_all(&raw);
+                assert!(w.is_empty(), "{w:?}");
+                seen.push((
+                    f.name.split(' ').next().unwrap().to_string(),
+                    Path::new(&f.file).file_name().unwrap().to_owned(),
+                ));
+            }
+        }
+        seen.sort();
+        let want: Vec<(String, std::ffi::OsString)> =
+            [("add", "math.js"), ("greet", "greet.js"), ("multiply", "math.js")]
+                .iter()
+                .map(|(n, f)| (n.to_string(), (*f).into()))
+                .collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn no_map_keeps_the_compiled_position_silently_a_broken_one_warns() {
+        let dir = crate::symbols::test_fixtures::tempdir("srcmap");
+        let plain = dir.join("plain.js");
+        std::fs::write(&plain, "function f() {}\n").unwrap();
+        let (f, w) = map_all(&format!("JS:*f {}:1:11", plain.display()));
+        assert_eq!((f.file.as_str(), f.line, w.len()), (plain.to_str().unwrap(), 1, 0));
+
+        let broken = dir.join("broken.js");
+        std::fs::write(&broken, "function f() {}\n//# sourceMappingURL=broken.js.map\n").unwrap();
+        std::fs::write(dir.join("broken.js.map"), "{ not json").unwrap();
+        let missing = dir.join("missing.js");
+        std::fs::write(&missing, "function f() {}\n//# sourceMappingURL=nowhere.map\n").unwrap();
+        let bad_inline = dir.join("inline.js");
+        std::fs::write(&bad_inline, "function f() {}\n//# sourceMappingURL=data:application/json;base64,!!!\n")
+            .unwrap();
+        for script in [&broken, &missing, &bad_inline] {
+            let mut maps = SourceMaps::default();
+            let mut w = Vec::new();
+            for _ in 0..3 {
+                let f = maps.function(&format!("JS:*f {}:1:11", script.display()), &mut |x| w.push(x));
+                assert_eq!((f.file.as_str(), f.line), (script.to_str().unwrap(), 1));
+            }
+            assert_eq!(w.len(), 1, "{script:?}: {w:?}");
+            assert!(w[0].contains("compiled positions"), "{w:?}");
+        }
+        // Builtins and names without a position are left alone.
+        assert_eq!(map_all("Builtin:ArgumentsAdaptorTrampoline").0.name, "Builtin:ArgumentsAdaptorTrampoline");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn urls_and_paths() {
+        assert_eq!(script_path("file:///a/b%20c.js"), Some(PathBuf::from("/a/b c.js")));
+        assert_eq!(script_path("node:internal/x"), None);
+        assert_eq!(script_path("/a.js"), Some(PathBuf::from("/a.js")));
+        assert_eq!(normalize(Path::new("/a/b/../c/./d.ts")), PathBuf::from("/a/c/d.ts"));
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(split_position("/a.js:3:13"), Some(("/a.js", 3, 13)));
+        assert_eq!(split_position("/a.js:3"), None);
+    }
+}

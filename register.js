@@ -64,8 +64,16 @@ function main() {
   env.restoreOriginal(process.env)
 
   const ms = require('./index.js')
+  const { durationS } = settings
+  const start = { ...settings.start }
+  if (durationS !== undefined) {
+    // The sampler thread ends sampling on time however busy JavaScript is;
+    // the profile is written when the program ends.
+    if (!(durationS > 0)) warn(`ignoring MACHSAMPLER_DURATION_S=${durationS}: not a positive number`)
+    else start.durationMs = Math.max(1, Math.round(durationS * 1000))
+  }
   try {
-    ms.start(settings.start)
+    ms.start(start)
   } catch (e) {
     warn(`cannot start sampling: ${e.message}`)
     return
@@ -102,8 +110,28 @@ function main() {
   }
 
   process.on('exit', save)
+  // A program that replaces itself (process.execve) never emits 'exit':
+  // write the profile first.
+  if (typeof process.execve === 'function') {
+    const execve = process.execve
+    process.execve = function (...args) {
+      save()
+      return Reflect.apply(execve, this, args)
+    }
+  }
+  // Tells `machsampler record` which signals reached this process, so it
+  // forwards only those that did not (a signal sent to the whole process
+  // group reaches both).
+  const signalLog = sessionDir && path.join(sessionDir, 'signals')
   for (const signal of SIGNALS) {
     const onSignal = () => {
+      if (signalLog) {
+        try {
+          fs.appendFileSync(signalLog, `${signal}\n`)
+        } catch {
+          // The CLI then forwards it after a short wait: harmless.
+        }
+      }
       // Someone else listens: the program decides what the signal means.
       if (process.listenerCount(signal) > 1) return
       save()
@@ -112,11 +140,7 @@ function main() {
     }
     process.on(signal, onSignal)
   }
-  const { durationS } = settings
-  if (durationS !== undefined) {
-    if (!(durationS > 0)) warn(`ignoring MACHSAMPLER_DURATION_S=${durationS}: not a positive number`)
-    else setTimeout(save, durationS * 1000).unref()
-  }
+
   if (settings.live) {
     statusTimer = setInterval(() => writeStatus('recording'), 500)
     statusTimer.unref()

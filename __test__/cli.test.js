@@ -299,7 +299,9 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ['unknown thread', ['report', machprof, '--thread', 'no-such-thread'], 1, 'threads are'],
     ['command not found', ['record', '-o', W('o16.html'), '--', W('no-such-command')], 127, 'command not found'],
     ['command not executable', ['record', '-o', W('o17.html'), '--', W('not-executable')], 126, 'permission denied'],
-    ['not a Node program', ['record', '-o', W('o18.html'), '--', 'true'], 1, 'no profile was recorded'],
+    // No profile, and the program's own status passed through.
+    ['not a Node program', ['record', '-o', W('o18.html'), '--', 'true'], 0, 'no profile was recorded'],
+    ['not a Node program that fails', ['record', '-o', W('o19.html'), '--', 'false'], 1, 'no profile was recorded'],
   ]
 
   test.each(cases.map((c) => [c[0], c]))('%s', (_, [, args, status, message]) => {

@@ -90,13 +90,34 @@ const PUBLIC = {
 const api = {}
 for (const [name, max] of Object.entries(PUBLIC)) api[name] = arity(name, binding[name], max)
 
+// process.execve() replaces the process image: stop sampling first, so no
+// sampling signal is left pending for the new program (whose default
+// action for a real-time signal is to terminate).
+const EXECVE_HOOKED = Symbol.for('machsampler.execveHook')
+if (typeof process.execve === 'function' && !process.execve[EXECVE_HOOKED]) {
+  const execve = process.execve
+  const hooked = function (...args) {
+    if (binding.isRunning()) {
+      try {
+        binding.stop()
+      } catch {
+        // Stopped meanwhile by another thread: nothing to do.
+      }
+    }
+    return Reflect.apply(execve, this, args)
+  }
+  Object.defineProperty(hooked, EXECVE_HOOKED, { value: true })
+  Object.defineProperty(hooked, 'name', { value: 'execve' })
+  process.execve = hooked
+}
+
 module.exports = {
   /** The public API, argument counts checked. */
   api,
   /** For the CLI: reads, names, writes and reports a profile file in one call. */
   processProfileFile: binding.processProfileFile,
-  /** For the CLI: start()'s checks of intervalMs and maxStackDepth. */
-  checkRecordOptions: binding.checkRecordOptions,
+  /** For the CLI: start()'s checks of its options, without starting. */
+  checkStartOptions: binding.checkStartOptions,
   /** For the download step: the symbol files servers may have for a profile. */
   symbolDownloads: arity('symbolDownloads', binding.symbolDownloads, 2),
   codedError,

@@ -8,7 +8,8 @@
 //   MACHSAMPLER_SESSION_DIR   where the program writes its raw profile and
 //                             a status file for the live progress line
 //   MACHSAMPLER_ORIGINAL_NODE_OPTIONS  NODE_OPTIONS before the preload was added
-//   MACHSAMPLER_INTERVAL_MS, MACHSAMPLER_MAX_STACK_DEPTH  sampler options
+//   MACHSAMPLER_INTERVAL_MS, MACHSAMPLER_MAX_STACK_DEPTH,
+//   MACHSAMPLER_BUFFER_SAMPLES, MACHSAMPLER_MODE  sampler options
 //   MACHSAMPLER_NO_JS_NAMES=1 start({ jsNames: false })
 //   MACHSAMPLER_DURATION_S    stop sampling after this many seconds
 //   MACHSAMPLER_LIVE=1        keep the status file up to date
@@ -35,7 +36,7 @@ function quote(arg) {
  * The environment for a program `record` runs: the caller's, with the
  * preload added to NODE_OPTIONS and the session settings.
  */
-function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, durationS, jsNames, live, nodeFlags = [] }) {
+function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, nodeFlags = [] }) {
   const original = base.NODE_OPTIONS || ''
   const env = {
     ...base,
@@ -46,6 +47,8 @@ function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, durat
   if (jsNames === false) env.MACHSAMPLER_NO_JS_NAMES = '1'
   if (intervalMs !== undefined) env.MACHSAMPLER_INTERVAL_MS = String(intervalMs)
   if (maxStackDepth !== undefined) env.MACHSAMPLER_MAX_STACK_DEPTH = String(maxStackDepth)
+  if (bufferSamples !== undefined) env.MACHSAMPLER_BUFFER_SAMPLES = String(bufferSamples)
+  if (mode !== undefined) env.MACHSAMPLER_MODE = mode
   if (durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(durationS)
   if (live) env.MACHSAMPLER_LIVE = '1'
   return env
@@ -64,6 +67,8 @@ function readSettings(env) {
     start: {
       intervalMs: number(env, 'MACHSAMPLER_INTERVAL_MS'),
       maxStackDepth: number(env, 'MACHSAMPLER_MAX_STACK_DEPTH'),
+      bufferSamples: number(env, 'MACHSAMPLER_BUFFER_SAMPLES'),
+      mode: env.MACHSAMPLER_MODE || undefined,
       jsNames: env.MACHSAMPLER_NO_JS_NAMES === '1' ? false : undefined,
     },
     durationS: number(env, 'MACHSAMPLER_DURATION_S'),

@@ -87,6 +87,7 @@ pub fn stop() -> Result<Session, SamplerError> {
         .ok_or_else(|| SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"))?;
     let recording = running.sampler.stop();
     platform::set_js_frames(false);
+    platform::discard_pending_on_this_thread();
     drop(slot);
     release_js_names_later();
     let js_names = std::mem::take(&mut *running.js_names.lock().unwrap_or_else(PoisonError::into_inner));

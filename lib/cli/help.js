@@ -41,8 +41,13 @@ Options:
                         (default: machsampler-<date>-<time>.html here)
   -f, --format <name>   the format, whatever the extension
       --interval <ms>   sampling interval: an integer from 1 to 1000 (default 10)
+      --mode <cpu|wall> cpu (default): threads are sampled for the CPU time
+                        they use; wall: every thread every interval, waiting
+                        ones too (marked idle), to see where threads block
+      --buffer <rows>   sample buffer capacity (default 1000000)
       --depth <n>       frames kept per stack: 1 to 1024 (default 128)
-      --duration <s>    stop sampling after <s> seconds (the program runs on)
+      --duration <s>    stop sampling after <s> seconds (the program runs on;
+                        the profile is written when it ends)
       --no-jit-names    do not name JavaScript frames (they stay 0x...)
       --perf-map        also name them from V8's perf map (adds
                         --perf-basic-prof-only-functions to the program)

@@ -38,6 +38,8 @@ const SPEC = {
   output: { type: 'string', short: 'o' },
   format: { type: 'string', short: 'f' },
   interval: { type: 'string' },
+  mode: { type: 'string' },
+  buffer: { type: 'string' },
   depth: { type: 'string' },
   duration: { type: 'string' },
   'no-jit-names': { type: 'boolean' },
@@ -65,7 +67,17 @@ function checkWritable(file) {
     // Does not exist yet: the usual case.
   }
   if (st && st.isDirectory()) throw new CliError(`cannot write '${file}': is a directory`, 1)
-  const probe = path.join(path.dirname(abs), `.machsampler-probe-${process.pid}-${Date.now()}`)
+  if (st && !st.isFile()) {
+    // A pipe or a terminal (/dev/stdout): written as a stream.
+    try {
+      fs.accessSync(abs, fs.constants.W_OK)
+      return
+    } catch (e) {
+      throw new CliError(`cannot write '${file}': ${e.code === 'EACCES' ? 'permission denied' : e.message}`, 1)
+    }
+  }
+  // Through symbolic links, the file written is the one they end at.
+  const probe = path.join(path.dirname(finalPath(abs)), `.machsampler-probe-${process.pid}-${Date.now()}`)
   try {
     fs.closeSync(fs.openSync(probe, 'wx'))
     fs.unlinkSync(probe)
@@ -83,6 +95,20 @@ function checkWritable(file) {
   }
 }
 
+/** Where a chain of symbolic links ends (the file may not exist yet). */
+function finalPath(p) {
+  for (let i = 0; i < 40; i++) {
+    let link
+    try {
+      link = fs.readlinkSync(p)
+    } catch {
+      return p
+    }
+    p = path.resolve(path.dirname(p), link)
+  }
+  return p
+}
+
 function parseRecordArgs(argv) {
   const { values, positionals, dashDash } = parse(argv, SPEC, { command: 'record', stopAtCommand: true })
   if (values.help) return { help: true }
@@ -96,12 +122,16 @@ function parseRecordArgs(argv) {
   }
   const intervalMs = number(values, 'interval')
   const maxStackDepth = number(values, 'depth')
-  try {
-    // start()'s own validation, so the limits and messages are the API's.
-    addon.checkRecordOptions(intervalMs, maxStackDepth)
-  } catch (e) {
-    const flag = /maxStackDepth/.test(e.message) ? '--depth' : '--interval'
-    throw new CliError(`${flag}: ${e.message}`, USAGE)
+  const bufferSamples = number(values, 'buffer')
+  const mode = values.mode
+  const startOptions = { intervalMs, maxStackDepth, bufferSamples, mode }
+  for (const [key, flag] of [['intervalMs', '--interval'], ['maxStackDepth', '--depth'], ['bufferSamples', '--buffer'], ['mode', '--mode']]) {
+    try {
+      // start()'s own validation, so the limits and messages are the API's.
+      addon.checkStartOptions({ [key]: startOptions[key] })
+    } catch (e) {
+      throw new CliError(`${flag}: ${e.message}`, USAGE)
+    }
   }
   const durationS = number(values, 'duration')
   if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
@@ -116,6 +146,8 @@ function parseRecordArgs(argv) {
     format,
     intervalMs,
     maxStackDepth,
+    bufferSamples,
+    mode,
     durationS,
     jitNames: values['no-jit-names'] !== true,
     perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
@@ -130,6 +162,8 @@ function childEnv(opts, sessionDir, live) {
     sessionDir,
     intervalMs: opts.intervalMs,
     maxStackDepth: opts.maxStackDepth,
+    bufferSamples: opts.bufferSamples,
+    mode: opts.mode,
     durationS: opts.durationS,
     jsNames: opts.jitNames,
     live,
@@ -164,7 +198,19 @@ function liveLine(sessionDir) {
  * Runs the child. Resolves to its exit status (128+n for signal n), or
  * rejects with a CliError if it cannot be started.
  */
-function runChild(opts, env) {
+/** How many times the recorded program has logged `signal` (register.js). */
+function signalsSeen(sessionDir, signal) {
+  try {
+    return fs.readFileSync(path.join(sessionDir, 'signals'), 'utf8').split('\n').filter((l) => l === signal).length
+  } catch {
+    return 0
+  }
+}
+
+/** How long `record` waits for the program to show it got a signal itself. */
+const SIGNAL_WAIT_MS = 500
+
+function runChild(opts, env, sessionDir) {
   return new Promise((resolve, reject) => {
     let child
     try {
@@ -173,17 +219,31 @@ function runChild(opts, env) {
       reject(spawnError(opts.command, e))
       return
     }
-    // The terminal sends Ctrl-C to the whole foreground process group, so
-    // the child gets it directly; forwarding it too would make it a double
-    // Ctrl-C. A signal sent to this process alone (kill, a test harness, a
-    // supervisor) is forwarded, and this process waits for the profile.
+    let exited = false
+    // A signal sent to the whole process group (the terminal's Ctrl-C, a
+    // supervisor's `kill -- -pgid`, `timeout`) reaches the program too;
+    // forwarding it would deliver it twice, and a program may take a second
+    // Ctrl-C as "exit now". A signal sent to this process alone is
+    // forwarded. The recorded program logs the signals it gets; one it
+    // does not log within a moment is forwarded.
     const forward = (signal) => {
       if (signal === 'SIGINT' && process.stdin.isTTY) return
-      try {
-        child.kill(signal)
-      } catch {
-        // Already gone.
+      const before = signalsSeen(sessionDir, signal)
+      const cooperative = fs.existsSync(path.join(sessionDir, 'claim'))
+      const started = Date.now()
+      const check = () => {
+        if (exited || signalsSeen(sessionDir, signal) > before) return
+        if (cooperative && Date.now() - started < SIGNAL_WAIT_MS) {
+          setTimeout(check, 20)
+          return
+        }
+        try {
+          child.kill(signal)
+        } catch {
+          // Already gone.
+        }
       }
+      setTimeout(check, cooperative ? 20 : 0)
     }
     const signals = ['SIGINT', 'SIGTERM', 'SIGHUP']
     for (const s of signals) process.on(s, forward)
@@ -195,6 +255,7 @@ function runChild(opts, env) {
       reject(spawnError(opts.command, e))
     })
     child.on('exit', (code, signal) => {
+      exited = true
       done()
       resolve(signal ? 128 + (os.constants.signals[signal] || 0) : code)
     })
@@ -208,10 +269,19 @@ function spawnError(command, e) {
 }
 
 /** The program wrote no profile: say why as well as we can tell. */
-function noProfile(opts, status) {
+/**
+ * The program wrote no profile: say why as well as we can tell, and exit
+ * with its own status.
+ */
+function noProfile(opts, status, sessionDir) {
   const killed = status > 128 ? ` (it died of signal ${status - 128})` : ''
-  const nodeHint = killed ? '' : '; is it a Node.js program (node, or a script run by node)?'
-  return new CliError(`no profile was recorded: '${opts.command}' exited with status ${status}${killed}${nodeHint}`, status || 1)
+  const started = fs.existsSync(path.join(sessionDir, 'claim'))
+  const why = killed
+    ? ''
+    : started
+      ? '; it was sampled but ended without writing the profile (it may have left a process running in the background, or been killed with SIGKILL)'
+      : '; is it a Node.js program (node, or a script run by node)?'
+  return new CliError(`no profile was recorded: '${opts.command}' exited with status ${status}${killed}${why}`, status)
 }
 
 /** Removes the perf map our flags made, unless the user asked for one too. */
@@ -251,12 +321,12 @@ async function record(argv) {
     const stopLive = live ? liveLine(sessionDir) : () => {}
     let status
     try {
-      status = await runChild(opts, childEnv(opts, sessionDir, live))
+      status = await runChild(opts, childEnv(opts, sessionDir, live), sessionDir)
     } finally {
       stopLive()
     }
     const raw = path.join(sessionDir, 'raw.machprof')
-    if (!fs.existsSync(raw)) throw noProfile(opts, status)
+    if (!fs.existsSync(raw)) throw noProfile(opts, status, sessionDir)
     const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle }))
     // The program has exited: now symbol files may be downloaded.
     await fetchFor(raw, opts.symbols, { quiet: opts.quiet })

@@ -12,11 +12,10 @@ use napi::{Env, JsValue, KeyCollectionMode, KeyConversion, KeyFilter, ValueType}
 use napi_derive::napi;
 
 use super::profile::{profile_from_js, JsProfile};
-use super::{einval, js_error, napi_fail, JsResult, JsStats};
+use super::{einval, napi_fail, JsResult, JsStats};
 use crate::formats::report::{self, ReportOptions, SortBy};
 use crate::formats::{machprof, ExportOptions, Format};
 use crate::profile::ProfileData;
-use crate::sampler::options::SamplerOptions;
 
 fn type_of(v: &Unknown) -> JsResult<ValueType> {
     v.get_type().map_err(napi_fail)
@@ -629,19 +628,11 @@ pub struct JsProfileJob {
     pub reports: Option<Vec<JsReportOptions>>,
 }
 
-/// Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
-/// without starting: the CLI validates `--interval` and `--depth` before it
-/// runs the program. `undefined` means the default.
+/// Checks start options exactly as {@link start} does, without starting:
+/// the CLI validates its options before it runs the program.
 ///
-/// @throws `EINVAL` with start()'s message if a value is out of range.
-#[napi(ts_args_type = "intervalMs?: number, maxStackDepth?: number")]
-pub fn check_record_options(interval_ms: Unknown, max_stack_depth: Unknown) -> Result<(), &'static str> {
-    let mut o = SamplerOptions::default();
-    if type_of(&interval_ms)? != ValueType::Undefined {
-        o = o.with_interval_ms(number(&interval_ms, "intervalMs")?).map_err(js_error)?;
-    }
-    if type_of(&max_stack_depth)? != ValueType::Undefined {
-        o.with_max_stack_depth(number(&max_stack_depth, "maxStackDepth")?).map_err(js_error)?;
-    }
-    Ok(())
+/// @throws `EINVAL` with start()'s message for a bad option.
+#[napi(ts_args_type = "options?: StartOptions")]
+pub fn check_start_options(options: Unknown) -> Result<(), &'static str> {
+    super::parse_options(options).map(|_| ())
 }

@@ -203,26 +203,102 @@ pub fn export_with(profile: &ProfileData, format: Format, opts: &ExportOptions) 
     Ok(out)
 }
 
-/// Writes `bytes` to `path` so that readers see either the old file or the
-/// whole new one: a temporary file in the same directory (rename is only
-/// atomic within a file system), flushed to disk, then renamed over `path`.
-/// A process killed half-way leaves at most a stray `.tmp` file, never a
-/// truncated profile under the real name.
+/// Writes `bytes` to `path`, through any symbolic links:
+/// - a regular file (or a new one) is replaced atomically: a temporary file
+///   in the same directory, then a rename, so a failure never leaves a
+///   partial file, and a link to it stays a link;
+/// - a special file (a pipe, a terminal, `/dev/stdout`, a socket) is
+///   written to as a stream, never replaced;
+/// - a directory is an error.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    if path.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+    match fs::metadata(path) {
+        Ok(m) if m.is_dir() => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
+        Ok(m) if !m.is_file() => {
+            return match fs::OpenOptions::new().write(true).open(path) {
+                Ok(mut f) => f.write_all(bytes),
+                // A socket cannot be opened by path; `/dev/stdout` and its
+                // like name one of our descriptors, which can be written.
+                Err(e) => match descriptor_named(path) {
+                    Some(fd) => write_to_descriptor(fd, bytes),
+                    None => Err(e),
+                },
+            };
+        }
+        _ => {}
     }
-    let tmp = temp_path(path);
+    let target = final_path(path)?;
+    let tmp = temp_path(&target);
     let result = (|| {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        fs::rename(&tmp, path)
+        // A file replaced keeps its permissions.
+        if let Ok(old) = fs::metadata(&target) {
+            let _ = fs::set_permissions(&tmp, old.permissions());
+        }
+        fs::rename(&tmp, &target)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// The descriptor a path names through `/proc/self/fd/N` or `/dev/fd/N`
+/// (where `/dev/stdout` leads), if it does.
+fn descriptor_named(path: &Path) -> Option<i32> {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        let text = p.to_str()?;
+        for prefix in ["/proc/self/fd/", "/dev/fd/"] {
+            if let Some(n) = text.strip_prefix(prefix).and_then(|n| n.parse().ok()) {
+                return Some(n);
+            }
+        }
+        let link = fs::read_link(&p).ok()?;
+        p = match p.parent() {
+            Some(dir) if link.is_relative() => dir.join(link),
+            _ => link,
+        };
+    }
+    None
+}
+
+/// Writes all of `bytes` to descriptor `fd`.
+fn write_to_descriptor(fd: i32, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a valid buffer of `bytes.len()` bytes to a
+        // descriptor number; a bad one is an error, not undefined behaviour.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// The path a chain of symbolic links ends at (which may not exist yet).
+fn final_path(path: &Path) -> io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    // As the kernel, give up after 40 links.
+    for _ in 0..40 {
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let link = fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if link.is_relative() => dir.join(link),
+                    _ => link,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(io::Error::other("too many levels of symbolic links"))
 }
 
 fn temp_path(path: &Path) -> PathBuf {
@@ -239,6 +315,52 @@ fn temp_path(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::profile::tests::sample_profile;
+    use std::os::unix::fs::FileTypeExt;
+
+    #[test]
+    fn writes_go_through_links_and_never_replace_special_files() {
+        let dir = std::env::temp_dir().join(format!("machsampler-write-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("real")).unwrap();
+        // A link to a file: the file gets the bytes, the link stays a link.
+        let file = dir.join("real").join("p.txt");
+        fs::write(&file, "old").unwrap();
+        let link = dir.join("link.txt");
+        std::os::unix::fs::symlink("real/p.txt", &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read_to_string(&file).unwrap(), "new");
+        // A dangling link: the file it names is created.
+        let dangling = dir.join("dangling.txt");
+        std::os::unix::fs::symlink("real/made.txt", &dangling).unwrap();
+        write_atomic(&dangling, b"made").unwrap();
+        assert_eq!(fs::read_to_string(dir.join("real").join("made.txt")).unwrap(), "made");
+        assert!(fs::symlink_metadata(&dangling).unwrap().file_type().is_symlink());
+        // A FIFO is streamed to, not replaced.
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: creates a FIFO at a path in our temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let reader = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || fs::read(fifo).unwrap()
+        });
+        write_atomic(&fifo, b"streamed").unwrap();
+        assert_eq!(reader.join().unwrap(), b"streamed");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        // A directory is an error, and nothing is left behind anywhere.
+        assert_eq!(write_atomic(&dir.join("real"), b"x").unwrap_err().kind(), io::ErrorKind::IsADirectory);
+        let mut names: Vec<String> =
+            fs::read_dir(dir.join("real")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        names.sort();
+        assert_eq!(names, vec!["made.txt", "p.txt"]);
+        // A link loop is an error, not a hang.
+        let a = dir.join("a");
+        std::os::unix::fs::symlink("b", &a).unwrap();
+        std::os::unix::fs::symlink("a", dir.join("b")).unwrap();
+        assert!(write_atomic(&a, b"x").is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn formats_by_name_and_extension() {

@@ -50,6 +50,13 @@ pub fn set_js_frames(on: bool) {
     macos::set_js_frames(on);
 }
 
+/// After a session: leaves no sampling signal pending for the calling
+/// thread (one could otherwise outlive the handler across `execve`).
+pub fn discard_pending_on_this_thread() {
+    #[cfg(target_os = "linux")]
+    linux::signal::discard_pending_on_this_thread();
+}
+
 /// Creates the backend for this platform, ready for a sampling session.
 pub fn new_backend() -> Result<NativeBackend, SamplerError> {
     NativeBackend::new()

@@ -8,7 +8,9 @@
 //! `ensure_headroom`, outside the hook. Readers take a `snapshot`, a memcpy
 //! under the lock, so writers are never blocked for long.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rustc_hash::FxHashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::walker::StackBounds;
@@ -93,6 +95,9 @@ pub struct ThreadRegistry {
     /// Set when `try_add` had to refuse an entry, so the owner knows to
     /// rediscover threads once it has grown the registry.
     overflowed: AtomicBool,
+    /// Changes whenever an entry is added, removed or renamed, so a reader
+    /// can skip a snapshot that would be the same as its last.
+    generation: AtomicU64,
 }
 
 impl ThreadRegistry {
@@ -116,6 +121,7 @@ impl ThreadRegistry {
     /// allocates: fails with `RegistryFull` when there is no spare capacity.
     pub fn try_add(&self, entry: ThreadEntry) -> Result<(), RegistryFull> {
         let mut inner = self.lock();
+        self.generation.fetch_add(1, Ordering::Relaxed);
         if let Some(existing) = inner.entries.iter_mut().find(|e| e.tid == entry.tid) {
             let was_valid = existing.valid;
             *existing = entry;
@@ -144,6 +150,7 @@ impl ThreadRegistry {
     /// Marks the thread removed. Its slot is reclaimed by `compact`.
     pub fn mark_removed(&self, tid: u64) -> bool {
         let mut inner = self.lock();
+        self.generation.fetch_add(1, Ordering::Relaxed);
         let mut removed = false;
         if let Some(e) = inner.entries.iter_mut().find(|e| e.tid == tid && e.valid) {
             e.valid = false;
@@ -164,11 +171,15 @@ impl ThreadRegistry {
             removed += 1;
         }
         inner.live -= removed;
+        if removed > 0 {
+            self.generation.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Updates the name and stack bounds of a known thread.
     pub fn update(&self, tid: u64, name: Option<ThreadName>, stack: Option<StackBounds>) {
         let mut inner = self.lock();
+        self.generation.fetch_add(1, Ordering::Relaxed);
         if let Some(e) = inner.entries.iter_mut().find(|e| e.tid == tid) {
             if let Some(n) = name {
                 e.name = n;
@@ -177,6 +188,60 @@ impl ThreadRegistry {
                 e.stack = s;
             }
         }
+    }
+
+    /// Adds or revives many threads at once, growing the registry as
+    /// needed: linear in their number, not quadratic. Not for use in hooks.
+    pub fn add_all(&self, entries: &[ThreadEntry]) {
+        if entries.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        let mut index: FxHashMap<u64, usize> = inner.entries.iter().enumerate().map(|(i, e)| (e.tid, i)).collect();
+        inner.entries.reserve(entries.len());
+        for &entry in entries {
+            match index.get(&entry.tid) {
+                Some(&i) => {
+                    let was_valid = inner.entries[i].valid;
+                    inner.entries[i] = ThreadEntry { valid: true, ..entry };
+                    if !was_valid {
+                        inner.live += 1;
+                    }
+                }
+                None => {
+                    index.insert(entry.tid, inner.entries.len());
+                    inner.entries.push(ThreadEntry { valid: true, ..entry });
+                    inner.live += 1;
+                }
+            }
+        }
+    }
+
+    /// Renames many threads at once (linear in their number).
+    pub fn rename_all(&self, names: &[(u64, ThreadName)]) {
+        if names.is_empty() {
+            return;
+        }
+        let by_tid: FxHashMap<u64, ThreadName> = names.iter().copied().collect();
+        let mut inner = self.lock();
+        let mut changed = false;
+        for e in inner.entries.iter_mut() {
+            if let Some(n) = by_tid.get(&e.tid) {
+                if e.name != *n {
+                    e.name = *n;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A number that changes whenever the entries do.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Copies the live entries into `out` (which keeps its allocation
@@ -281,6 +346,28 @@ mod tests {
         reg.add(entry(7));
         assert_eq!(reg.len(), 1);
         assert_eq!(reg.slots(), 1);
+    }
+
+    #[test]
+    fn batches_add_revive_and_rename() {
+        let reg = ThreadRegistry::new();
+        reg.add(entry(1));
+        reg.mark_removed(1);
+        let g = reg.generation();
+        reg.add_all(&(1..=5).map(entry).collect::<Vec<_>>());
+        assert!(reg.generation() > g);
+        assert_eq!((reg.len(), reg.slots()), (5, 5), "1 revived, not added twice");
+        reg.add_all(&[entry(3)]);
+        assert_eq!(reg.len(), 5);
+        let g = reg.generation();
+        reg.rename_all(&[(2, ThreadName::from_bytes(b"two")), (99, ThreadName::from_bytes(b"none"))]);
+        assert!(reg.generation() > g);
+        let mut snap = Vec::new();
+        reg.snapshot(&mut snap);
+        assert_eq!(snap.iter().find(|e| e.tid == 2).unwrap().name.as_bytes(), b"two");
+        let g = reg.generation();
+        reg.rename_all(&[(2, ThreadName::from_bytes(b"two"))]);
+        assert_eq!(reg.generation(), g, "no change, no new generation");
     }
 
     #[test]

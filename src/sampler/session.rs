@@ -263,7 +263,8 @@ impl<'a> Session<'a> {
             }
         }
         if self.state.len() > live.len() {
-            self.state.retain(|tid, _| live.iter().any(|e| e.tid == *tid));
+            let alive: rustc_hash::FxHashSet<u64> = live.iter().map(|e| e.tid).collect();
+            self.state.retain(|tid, _| alive.contains(tid));
         }
     }
 
@@ -394,6 +395,7 @@ pub fn run<B: Backend>(
     live.retain(|e| e.tid != own_tid);
     session.sync_threads(&live, backend.now_ns());
     let mut last_refresh = backend.now_ns();
+    let mut seen_generation = shared.registry.generation();
     let mut last_full_refresh = start_ns;
     backend.set_capture_config(CaptureConfig {
         max_depth: options.max_stack_depth,
@@ -440,9 +442,14 @@ pub fn run<B: Backend>(
                 last_full_refresh = now;
             }
             backend.refresh_threads(&shared.registry, full);
-            shared.registry.snapshot(&mut live);
-            live.retain(|e| e.tid != own_tid);
-            session.sync_threads(&live, backend.now_ns());
+            // Unchanged (the common case, however many threads): no copy.
+            let generation = shared.registry.generation();
+            if generation != seen_generation {
+                seen_generation = generation;
+                shared.registry.snapshot(&mut live);
+                live.retain(|e| e.tid != own_tid);
+                session.sync_threads(&live, backend.now_ns());
+            }
             last_refresh = now;
         }
 
@@ -529,7 +536,11 @@ pub fn run<B: Backend>(
     session.sync_threads(&live, backend.now_ns());
     stats.sampler_cpu_ns.set(backend.own_cpu_ns());
 
-    let end_ns = backend.now_ns();
+    // With a duration, the recording ends when sampling did.
+    let end_ns = match sampling_ends {
+        Some(end) => end.min(backend.now_ns()),
+        None => backend.now_ns(),
+    };
     Recording {
         threads: session.threads,
         samples: session.samples,

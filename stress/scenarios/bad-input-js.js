@@ -4,7 +4,7 @@
 // string `code` (EINVAL, ENOENT, ...). Never a crash, never an uncoded
 // TypeError, never a changed sampler state, never a file left behind.
 //
-// A. Every export of index.js (and the binding's checkRecordOptions) with
+// A. Every export of index.js (and the binding's checkStartOptions) with
 //    each value of a zoo (wrong types, out-of-range and huge numbers,
 //    undefined/null, BigInts, symbols, proxies that throw, getters that
 //    throw, huge strings) as each argument, and with extra arguments.
@@ -287,7 +287,7 @@ main(async (o, c) => {
   ms.saveProfile(base, valid.path)
   let calls = 0
   for (const [name, [args]] of Object.entries(entries)) {
-    const fn = name === 'checkRecordOptions' ? binding.checkRecordOptions : ms[name]
+    const fn = name === 'checkStartOptions' ? binding.checkStartOptions : ms[name]
     const positions = Math.max(args.length, 1)
     for (let pos = 0; pos < positions; pos++) {
       for (const [label, value] of Z) {
@@ -316,9 +316,9 @@ main(async (o, c) => {
   }
   for (const [label, value] of Z) {
     for (const args of [[value], [undefined, value], [value, value]]) {
-      const res = attempt(binding.checkRecordOptions, args)
-      tally('checkRecordOptions', res)
-      c.ok(!res.startsWith('UNCODED'), `checkRecordOptions(${label}): ${res}`)
+      const res = attempt(binding.checkStartOptions, args)
+      tally('checkStartOptions', res)
+      c.ok(!res.startsWith('UNCODED'), `checkStartOptions(${label}): ${res}`)
       calls++
     }
   }

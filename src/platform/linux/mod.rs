@@ -40,11 +40,15 @@ use procfs::Maps;
 use signal::Bounds;
 use timers::CpuTimer;
 
-/// Listing `/proc/self/task` costs about 0.4 µs per thread (the kernel looks
+/// Listing `/proc/self/task` costs about 0.5 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
-/// thread count, which is one `fstat`; a full listing still happens at least
-/// this often, to catch one thread exiting while another starts.
-const LIST_PERIOD_NS: u64 = 100_000_000;
+/// thread count, which is one `fstat`; a full listing still happens every
+/// so often, to catch one thread exiting while another starts: every
+/// 100 ms, or less often in a process of thousands of threads, so that
+/// listing stays near 1 % of a core.
+fn list_period_ns(threads: usize) -> u64 {
+    (threads as u64 * 50_000).clamp(100_000_000, 1_000_000_000)
+}
 
 /// How often the signal mask of a thread that takes the signal is checked
 /// again.
@@ -56,7 +60,9 @@ const MASK_RECHECK_NS: u64 = 1_000_000_000;
 /// doubles while it keeps blocking, up to `MASK_RECHECK_NS`.
 const BLOCKED_RECHECK_NS: u64 = 10_000_000;
 /// Mask checks of known threads per refresh, at most.
-const MASK_CHECKS_PER_REFRESH: usize = 16;
+const MASK_CHECKS_PER_REFRESH: usize = 2;
+/// Thread names read again per full refresh, at most.
+const NAME_READS_PER_REFRESH: usize = 64;
 
 /// Serving a sampling signal costs an idle thread 5-25 µs of CPU time on the
 /// VMs we measured (wake-up, handler, sigreturn, back to sleep). Below this a
@@ -113,9 +119,15 @@ pub struct LinuxBackend {
     /// Stacks whose bounds the next refresh should validate: (slot, sp,
     /// thread pointer, is main).
     need_bounds: Vec<(u32, u64, u64, bool)>,
-    lost: u64,
+    /// The handlers' count of samples lost for want of a record, when this
+    /// session began.
+    lost_at_start: u64,
     foreign: u64,
     taken_over: bool,
+    /// Names are read round robin: the last tid read.
+    names_read_up_to: u64,
+    /// `finish` ran: the final refresh reads every name.
+    finishing: bool,
     frame_pointer_code: Vec<std::ops::Range<u64>>,
 }
 
@@ -165,9 +177,11 @@ impl LinuxBackend {
             done: Vec::with_capacity(pool.len()),
             maps_read_ns: None,
             need_bounds: Vec::new(),
-            lost: 0,
+            lost_at_start: signal::LOST.load(std::sync::atomic::Ordering::Relaxed),
             foreign: 0,
             taken_over: false,
+            names_read_up_to: 0,
+            finishing: false,
             frame_pointer_code: Vec::new(),
         })
     }
@@ -230,8 +244,14 @@ impl LinuxBackend {
     /// Whether a thread must not be signalled: it blocks the signal, or
     /// waits for signals where its mask cannot be read.
     fn must_not_signal(&mut self, tid: u64) -> bool {
-        let blocks = procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(true);
-        blocks || procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false)
+        // While a thread waits in sigtimedwait its mask reads as if the
+        // signals it waits for were not blocked; looking at what it is doing
+        // before and after the mask makes a wait unnoticed only if it began
+        // and ended within these three reads.
+        let waits = |b: &mut Vec<u8>| procfs::waits_for_signals(tid, b).unwrap_or(false);
+        waits(&mut self.buf)
+            || procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(true)
+            || waits(&mut self.buf)
     }
 
     /// Validates the bounds handlers asked for.
@@ -364,7 +384,7 @@ impl Backend for LinuxBackend {
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
         let now = monotonic_ns();
         let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
-        let listed_recently = now.saturating_sub(self.listed_ns) < LIST_PERIOD_NS;
+        let listed_recently = now.saturating_sub(self.listed_ns) < list_period_ns(self.tids.len());
         if full || !unchanged || !listed_recently || self.threads.is_empty() {
             if self.tasks.list(&mut self.tids).is_err() {
                 return;
@@ -376,6 +396,7 @@ impl Backend for LinuxBackend {
             }
             let tids = &self.tids;
             registry.remove_missing(|tid| tids.binary_search(&tid).is_ok());
+            let mut added = Vec::new();
             for i in 0..self.tids.len() {
                 let tid = self.tids[i];
                 if self.threads.contains_key(&tid) {
@@ -383,11 +404,11 @@ impl Backend for LinuxBackend {
                 }
                 let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
                 let blocks = self.must_not_signal(tid);
-                let slot = signal::acquire(tid);
+                // After `finish`, threads are only named, not sampled.
+                let slot = if self.finishing { None } else { signal::acquire(tid) };
                 if let Some(s) = slot.and_then(signal::slot) {
                     s.set_active(true);
                 }
-                let is_main = tid == self.pid;
                 let mut t = LinuxThread {
                     slot,
                     timer: None,
@@ -399,30 +420,52 @@ impl Backend for LinuxBackend {
                 self.threads.insert(tid, t);
                 self.start_timer(tid);
                 let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
-                entry.is_main = is_main;
-                registry.add(entry);
+                entry.is_main = tid == self.pid;
+                added.push(entry);
             }
+            registry.add_all(&added);
         }
         if full {
             // Another library may have installed its own handler for our
             // signal: samples then stop arriving, which must not go unsaid.
             self.taken_over |= !signal::still_installed();
-            for (&tid, _) in self.threads.iter() {
-                let name = procfs::thread_name(tid, &mut self.buf);
-                registry.update(tid, name, None);
+            // Threads rename themselves after they start. Names are read
+            // again a few dozen a refresh, round robin (each read is a
+            // file), and all of them at the end of a session.
+            let budget = if self.finishing { usize::MAX } else { NAME_READS_PER_REFRESH };
+            let mut tids: Vec<u64> = self.threads.keys().copied().collect();
+            tids.sort_unstable();
+            let from = tids.partition_point(|&t| t <= self.names_read_up_to);
+            let picked: Vec<u64> = tids[from..].iter().chain(&tids[..from]).take(budget).copied().collect();
+            self.names_read_up_to = picked.last().copied().unwrap_or(0);
+            let mut names = Vec::with_capacity(picked.len());
+            for tid in picked {
+                if let Some(n) = procfs::thread_name(tid, &mut self.buf) {
+                    names.push((tid, n));
+                }
             }
+            registry.rename_all(&names);
             registry.compact();
         }
         // Masks change: a thread may start or stop blocking the signal, or
         // start waiting for signals, at any time.
-        // Reading a mask costs tens of µs, so a refresh checks a few, the
-        // most overdue first: every thread about once a second in a process
-        // of a few dozen, less often in one of thousands.
+        // A check reads files (a few µs each), so a refresh checks a few
+        // threads, the most overdue first: every thread about once a second
+        // in a process of a few dozen, less often in one of thousands. A
+        // thread that takes the signal is only asked whether it now waits
+        // for signals (one read): one that starts blocking it merely leaves
+        // a signal pending, which is harmless. A thread seen blocking is
+        // checked in full.
         let mut due: Vec<(u64, u64)> =
             self.threads.iter().filter(|(_, t)| now >= t.mask_due_ns).map(|(&tid, t)| (t.mask_due_ns, tid)).collect();
         due.sort_unstable();
         for (_, tid) in due.into_iter().take(MASK_CHECKS_PER_REFRESH) {
-            let blocks = self.must_not_signal(tid);
+            let was_blocking = self.threads.get(&tid).is_some_and(|t| t.blocks_signal);
+            let blocks = if was_blocking {
+                self.must_not_signal(tid)
+            } else {
+                procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false)
+            };
             if let Some(t) = self.threads.get_mut(&tid) {
                 t.checked(blocks, now);
                 if blocks {
@@ -463,11 +506,6 @@ impl Backend for LinuxBackend {
         // Bounds for the threads whose stacks were seen without: their
         // next samples can then be copied directly.
         self.resolve_bounds();
-        for (_, t) in self.threads.iter() {
-            if let Some(s) = t.slot.and_then(signal::slot) {
-                self.lost += s.take_lost() as u64;
-            }
-        }
     }
 
     fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
@@ -500,7 +538,11 @@ impl Backend for LinuxBackend {
     }
 
     fn finish(&mut self, _timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
-        // No new signals: timers go, slots stop accepting captures.
+        self.taken_over |= !signal::still_installed();
+        self.finishing = true;
+        // No new signals: timers go (and threads found from now on get
+        // none), slots stop accepting captures.
+        self.timer_interval_ns = None;
         for t in self.threads.values_mut() {
             t.timer = None;
             if let Some(s) = t.slot.and_then(signal::slot) {
@@ -513,9 +555,12 @@ impl Backend for LinuxBackend {
             std::thread::sleep(std::time::Duration::from_micros(500));
         }
         self.collect(sink);
-        let tids: Vec<u64> = self.threads.keys().copied().collect();
-        for tid in tids {
-            self.forget(tid);
+        // Slots are released (a signal still on its way finds them with
+        // another generation); the threads stay known for their names.
+        for t in self.threads.values_mut() {
+            if let Some(s) = t.slot.take().and_then(signal::slot) {
+                s.release();
+            }
         }
     }
 
@@ -543,7 +588,8 @@ impl Backend for LinuxBackend {
     }
 
     fn backend_counters(&self) -> BackendCounters {
-        BackendCounters { lost: self.lost, foreign_stacks: self.foreign, signal_taken_over: self.taken_over }
+        let lost = signal::LOST.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(self.lost_at_start);
+        BackendCounters { lost, foreign_stacks: self.foreign, signal_taken_over: self.taken_over }
     }
 }
 

@@ -70,8 +70,6 @@ pub struct ThreadSlot {
     tcb: AtomicU64,
     /// When the pending wall-mode signal was sent.
     sent_ns: AtomicU64,
-    /// Samples this thread lost for want of a free record.
-    lost: AtomicU32,
 }
 
 /// What the sampler knows about a slot.
@@ -132,10 +130,6 @@ impl ThreadSlot {
         self.pending.store(false, Ordering::Release);
     }
 
-    pub fn take_lost(&self) -> u32 {
-        self.lost.swap(0, Ordering::AcqRel)
-    }
-
     /// Gives the slot up. Any signal still on its way carries the old
     /// generation and will be ignored.
     pub fn release(&self) {
@@ -166,10 +160,17 @@ pub fn slot(index: u32) -> Option<&'static ThreadSlot> {
     chunk.slots.get(index % CHUNK_SLOTS)
 }
 
+/// Where the last free slot was found: the search for the next starts
+/// there, so giving slots to many threads is linear, not quadratic.
+static HINT: AtomicU32 = AtomicU32::new(0);
+
 /// Gives a free slot to `tid`, allocating a chunk if all are taken.
 /// Sampler thread only.
 pub fn acquire(tid: u64) -> Option<u32> {
-    for (c, cell) in CHUNKS.iter().enumerate() {
+    let hint = HINT.load(Ordering::Relaxed) as usize / CHUNK_SLOTS;
+    let order = (hint..MAX_CHUNKS).chain(0..hint);
+    for c in order {
+        let cell = &CHUNKS[c];
         let mut chunk = cell.load(Ordering::Acquire);
         if chunk.is_null() {
             // SAFETY: every ThreadSlot field is an atomic, valid when zero.
@@ -187,7 +188,9 @@ pub fn acquire(tid: u64) -> Option<u32> {
         let chunk: &'static Chunk = unsafe { &*chunk };
         for (i, s) in chunk.slots.iter().enumerate() {
             if s.owner.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                return Some((c * CHUNK_SLOTS + i) as u32);
+                let index = (c * CHUNK_SLOTS + i) as u32;
+                HINT.store(index, Ordering::Relaxed);
+                return Some(index);
             }
         }
     }
@@ -349,7 +352,6 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     }
     let Some(pool) = capture::pool() else { return };
     let Some(at) = pool.pop_free() else {
-        slot.lost.fetch_add(1, Ordering::Relaxed);
         LOST.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -581,6 +583,30 @@ pub fn still_installed() -> bool {
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     (unsafe { libc::sigaction(sig, ptr::null(), &mut old) }) == 0 && old.sa_sigaction == on_signal as *const () as usize
+}
+
+/// Takes any sampling signal still pending for the calling thread. A
+/// real-time signal's default action is to terminate, and pending signals
+/// survive `execve`, so the thread that stops sampling leaves none behind.
+/// (`SIGURG`'s default is to ignore: nothing to do then.)
+pub fn discard_pending_on_this_thread() {
+    let sig = installed_signal();
+    if sig == 0 || sig == libc::SIGURG {
+        return;
+    }
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset; the mask
+    // changes only for this thread and is restored; sigtimedwait with a
+    // zero timeout only takes an already pending signal.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        while libc::sigtimedwait(&set, ptr::null_mut(), &zero) == sig {}
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
+    }
 }
 
 /// Whether `process_vm_readv` is usable for stacks outside known bounds.

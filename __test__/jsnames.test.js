@@ -143,6 +143,15 @@ describeLinux('JavaScript names without flags', () => {
     expect(r.shares.main.mainDriver || 0).toBeLessThan(0.1)
   }, 300000)
 
+  test('a frame layout that cannot be learned: only compiled code is named, no frame words read', () => {
+    const r = run(process.execPath, [], { rounds: 600, failLearning: true })
+    expect(r.mode).toBe('failed')
+    // The optimized function is named from the code events; the one kept
+    // interpreted is not (its position would come from the frame).
+    expect(r.shares.main.mainHotOptimized).toBeGreaterThan(0.9)
+    expect(r.shares.main.mainKeptInterpreted || 0).toBe(0)
+  })
+
   test('jsNames: false turns it off', () => {
     const off = run(process.execPath, [], { rounds: 300, jsNames: false })
     expect(off.jsSamples).toBe(0)

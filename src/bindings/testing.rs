@@ -203,8 +203,16 @@ pub fn js_names_unavailable() -> Option<String> {
 pub fn js_frames_mode() -> String {
     match crate::v8::slots::learned() {
         Some(l) => format!("learned {}:{}:{}", l.array, l.offset, l.smi_shift),
+        None if crate::v8::slots::failed() => "failed".into(),
         None => "learning".into(),
     }
+}
+
+/// Makes the interpreted-frame layout fail to learn, as on a V8 whose
+/// frames agree with no candidate: only compiled code is named then.
+#[napi(js_name = "__v8FailLayoutLearning")]
+pub fn v8_fail_layout_learning() {
+    crate::v8::slots::give_up();
 }
 
 /// For `npm run bench`: the kernel's share of a sample, the time

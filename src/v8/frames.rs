@@ -122,15 +122,25 @@ impl StackRewrite for V8JsFrames {
             self.uncovered_generation = map.generation();
         }
         let uncovered = &self.uncovered;
+        // V8 10.8 (Node 19) reports every builtin but the bytecode handlers
+        // when the handler is installed; the unnamed gaps of the builtins
+        // are those handlers, the native stand-ins of interpreted frames.
+        let unnamed = |addr: u64| {
+            if in_builtins(&ranges, addr) {
+                AddrClass::InterpreterSlot
+            } else {
+                AddrClass::Other
+            }
+        };
         let classify = |addr: u64| {
             if uncovered.borrow().contains(&addr) {
-                return AddrClass::Other;
+                return unnamed(addr);
             }
             match lookup_code(&map, &ranges, addr, c.time_ns) {
                 Some(h) => class_of(&h),
                 None => {
                     uncovered.borrow_mut().insert(addr);
-                    AddrClass::Other
+                    unnamed(addr)
                 }
             }
         };
@@ -170,9 +180,17 @@ impl StackRewrite for V8JsFrames {
         // address left by an earlier call.
         self.native.clear();
         self.native.extend_from_slice(c.frames);
+        // V8 10.8 reports no names for these builtins: an unnamed builtin
+        // with baseline code's return address on top of the stack is one.
         let frameless_leaf = c.frames.first().is_some_and(|&pc| {
             in_builtins(&ranges, pc)
-                && lookup_code(&map, &ranges, pc, c.time_ns).is_some_and(|h| h.raw.ends_with("_Baseline"))
+                && match lookup_code(&map, &ranges, pc, c.time_ns) {
+                    Some(h) => h.raw.ends_with("_Baseline"),
+                    None => {
+                        c.tos != 0
+                            && lookup_code(&map, &ranges, c.tos, c.time_ns).is_some_and(|h| h.raw.starts_with("JS:^"))
+                    }
+                }
         });
         if frameless_leaf && c.tos != 0 && c.frames.get(1) != Some(&c.tos) && classify(c.tos) == AddrClass::JsCode {
             self.native.insert(1, c.tos);

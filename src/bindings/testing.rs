@@ -121,7 +121,11 @@ pub fn v8_disable_code_events() {
 pub fn v8_stats() -> String {
     let e = events::stats();
     let m = code_map().stats();
+    let d = crate::v8::discover::stats();
     json!({
+        "discovery": { "noted": d.noted, "posted": d.posted, "withdrawn": d.withdrawn, "requested": d.requested,
+                       "registered": d.registered, "noEnvironment": d.no_environment, "waitedNsMax": d.waited_ns_max },
+        "registered": crate::v8::registry::all().len(),
         "events": e.events, "installs": e.installs, "interruptsRequested": e.interrupts_requested,
         "interruptsRun": e.interrupts_run, "lastInstallNs": e.last_install_ns, "installedIsolates": e.installed_isolates,
         "map": { "added": m.added, "moved": m.moved, "removed": m.removed, "unknown": m.unknown, "evicted": m.evicted,

@@ -287,6 +287,13 @@ pub fn set_enabled_by_user(allowed: bool) {
     ALLOWED.store(allowed, Ordering::Release);
 }
 
+/// The embedded builtins, once a thread has registered. Async-signal-safe
+/// (one atomic load).
+#[inline]
+pub fn embedded_range() -> Option<CodeRange> {
+    EMBEDDED.get().copied()
+}
+
 /// Called on a JS thread right after it registered: installs the handler
 /// if sampling is already running.
 pub(crate) fn on_registered(api: &Api, reg: Registered) {

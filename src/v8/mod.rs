@@ -21,6 +21,7 @@
 pub mod abi;
 pub mod api;
 pub mod codemap;
+pub mod discover;
 pub mod events;
 pub mod frames;
 pub mod merge;
@@ -115,7 +116,11 @@ pub fn unregister_current_thread() {
 /// on a JS thread): the caller's isolate now, the others at their next
 /// interrupt check. False if unavailable or turned off by the user.
 pub fn enable_code_events() -> bool {
-    events::enable()
+    let on = events::enable();
+    if on {
+        discover::start();
+    }
+    on
 }
 
 /// Stops V8 code events (call from `stop()`); the map is kept.
@@ -127,6 +132,21 @@ pub fn disable_code_events() {
 #[inline]
 pub fn current_thread_registered() -> bool {
     registry::isolate_for_pthread(registry::pthread_key()).is_some()
+}
+
+/// For the Linux signal handler, instead of [`current_thread_registered`]
+/// when JavaScript frames are wanted: true if the calling thread registered
+/// its isolate; otherwise, if it runs V8's generated code at `pc`, asks for
+/// the isolate's registration ([`discover::note_current_thread`]: may wait
+/// up to [`discover::WAIT_NS`], once per isolate) and answers false for
+/// this sample. Async-signal-safe.
+#[inline]
+pub fn registered_or_discover(pc: u64) -> bool {
+    if current_thread_registered() {
+        return true;
+    }
+    discover::note_current_thread(pc);
+    false
 }
 
 /// True if thread `tid` registered its isolate. Async-signal-safe.

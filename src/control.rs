@@ -8,7 +8,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
 
 use crate::platform;
 use crate::profile::ProfileData;
@@ -87,7 +86,12 @@ pub fn stop() -> Result<Session, SamplerError> {
     let recording = running.sampler.stop();
     platform::set_js_frames(false);
     drop(slot);
-    release_js_names_later();
+    if js_frames_available() {
+        // Code events stay on for the isolates that have them (see
+        // `crate::v8::events::Policy::FromFirstStart`): this only ends the
+        // session's want of them.
+        crate::v8::disable_code_events();
+    }
     let js_names = std::mem::take(&mut *running.js_names.lock().unwrap_or_else(PoisonError::into_inner));
     let perf_map = running.perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
     Ok(Session { recording, js_names, perf_map })
@@ -102,61 +106,6 @@ pub fn stop_profile() -> Result<ProfileData, SamplerError> {
     let mut data = ProfileData::from_recording(session.recording, session.js_names, platform::loaded_modules());
     crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &session.perf_map);
     Ok(data)
-}
-
-/// How long V8's code events stay on after `stop()`.
-const RELEASE_JS_NAMES_AFTER: Duration = Duration::from_secs(2);
-
-/// When V8's code events are due to be released, while a releaser thread
-/// waits for it.
-static RELEASE_AT: Mutex<Option<Instant>> = Mutex::new(None);
-
-/// Stops V8's code events a little after `stop()` if no session is running
-/// by then. Installing them costs a walk over all existing code on every
-/// isolate (tens of ms), so a quick stop/start pair keeps them, and an app
-/// that stops profiling for good does not pay for them for the rest of its
-/// life. One releaser thread at most: a later `stop()` only moves the
-/// deadline.
-fn release_js_names_later() {
-    if !js_frames_available() {
-        return;
-    }
-    let mut at = RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
-    let waiting = at.is_some();
-    *at = Some(Instant::now() + RELEASE_JS_NAMES_AFTER);
-    if waiting {
-        return;
-    }
-    // Every signal blocked, like the sampler thread.
-    let spawned = crate::sampler::session::with_signals_blocked(|| {
-        std::thread::Builder::new().name("machsampler-release".into()).spawn(|| loop {
-            let due = *RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some(due) = due else { return };
-            let now = Instant::now();
-            if now < due {
-                std::thread::sleep(due - now);
-                continue;
-            }
-            let mut at = RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
-            if at.is_some_and(|d| d <= Instant::now()) {
-                *at = None;
-                drop(at);
-                release_js_names_if_idle();
-                return;
-            }
-        })
-    });
-    if spawned.is_err() {
-        *at = None;
-    }
-}
-
-/// Stops V8's code events if no session is running.
-fn release_js_names_if_idle() {
-    let slot = running();
-    if slot.is_none() && js_frames_available() {
-        crate::v8::disable_code_events();
-    }
 }
 
 /// Whether JavaScript frames can be named from V8 in this process: at least
@@ -180,7 +129,7 @@ fn stop_js_frames() {
     release_js_names_if_idle_locked();
 }
 
-/// As `release_js_names_if_idle`, for a caller that holds the lock and
+/// Ends the want of code events, for a caller that holds the lock and
 /// has no running session.
 fn release_js_names_if_idle_locked() {
     if js_frames_available() {

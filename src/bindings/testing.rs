@@ -108,7 +108,11 @@ pub fn v8_enable_code_events() -> bool {
 /// while sampling.
 #[napi(js_name = "__v8SetCodeEventPolicy")]
 pub fn v8_set_code_event_policy(policy: String) {
-    events::set_policy(if policy == "load" { events::Policy::FromLoad } else { events::Policy::WhileSampling })
+    events::set_policy(match policy.as_str() {
+        "load" => events::Policy::FromLoad,
+        "first-start" => events::Policy::FromFirstStart,
+        _ => events::Policy::WhileSampling,
+    })
 }
 
 #[napi(js_name = "__v8DisableCodeEvents")]
@@ -124,10 +128,11 @@ pub fn v8_stats() -> String {
     let d = crate::v8::discover::stats();
     json!({
         "discovery": { "noted": d.noted, "posted": d.posted, "withdrawn": d.withdrawn, "requested": d.requested,
-                       "registered": d.registered, "noEnvironment": d.no_environment, "waitedNsMax": d.waited_ns_max },
+                       "registered": d.registered, "noEnvironment": d.no_environment, "waitedNsMax": d.waited_ns_max,
+                       "registerCpuNs": d.register_cpu_ns },
         "registered": crate::v8::registry::all().len(),
         "events": e.events, "installs": e.installs, "interruptsRequested": e.interrupts_requested,
-        "interruptsRun": e.interrupts_run, "lastInstallNs": e.last_install_ns, "installedIsolates": e.installed_isolates,
+        "interruptsRun": e.interrupts_run, "lastInstallNs": e.last_install_ns, "installCpuNs": e.install_cpu_ns, "installsEnumerating": e.installs_enumerating, "installCpuNs": e.install_cpu_ns, "installedIsolates": e.installed_isolates,
         "map": { "added": m.added, "moved": m.moved, "removed": m.removed, "unknown": m.unknown, "evicted": m.evicted,
                  "forgotten": m.forgotten, "dropped": m.dropped, "repeated": m.repeated, "agedOut": m.aged_out, "live": m.live, "dead": m.dead, "names": m.names },
     })

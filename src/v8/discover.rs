@@ -90,6 +90,7 @@ static REQUESTED: AtomicU64 = AtomicU64::new(0);
 static REGISTERED: AtomicU64 = AtomicU64::new(0);
 static NO_ENVIRONMENT: AtomicU64 = AtomicU64::new(0);
 static WAITED_NS_MAX: AtomicU64 = AtomicU64::new(0);
+static REGISTER_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
 #[inline]
 fn monotonic_ns() -> u64 {
@@ -306,6 +307,12 @@ pub fn start() {
 /// Runs on the discovered thread, at V8's next interrupt check, in
 /// JavaScript: registers the isolate with a Node environment cleanup hook.
 extern "C" fn on_interrupt(isolate: *mut Isolate, data: *mut c_void) {
+    let cpu0 = events::thread_cpu_ns();
+    register_here(isolate, data);
+    REGISTER_CPU_NS.fetch_add(events::thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
+}
+
+fn register_here(isolate: *mut Isolate, data: *mut c_void) {
     let Ok(api) = api() else { return };
     let tid = data as usize as u64;
     // SAFETY: TryGetCurrent reads a thread-local.
@@ -366,6 +373,9 @@ pub struct DiscoveryStats {
     pub no_environment: u64,
     /// The longest a handler waited, ns.
     pub waited_ns_max: u64,
+    /// CPU time of the registering interrupts (code-event installs
+    /// included), ns.
+    pub register_cpu_ns: u64,
 }
 
 pub fn stats() -> DiscoveryStats {
@@ -377,6 +387,7 @@ pub fn stats() -> DiscoveryStats {
         registered: REGISTERED.load(Ordering::Relaxed),
         no_environment: NO_ENVIRONMENT.load(Ordering::Relaxed),
         waited_ns_max: WAITED_NS_MAX.load(Ordering::Relaxed),
+        register_cpu_ns: REGISTER_CPU_NS.load(Ordering::Relaxed),
     }
 }
 

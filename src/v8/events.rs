@@ -44,6 +44,13 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 static WANTED: AtomicBool = AtomicBool::new(false);
 /// [`Policy::FromLoad`] when true.
 static FROM_LOAD: AtomicBool = AtomicBool::new(false);
+/// [`Policy::WhileSampling`] when true.
+static WHILE_SAMPLING: AtomicBool = AtomicBool::new(false);
+/// A session with code events has started (see [`Policy::FromFirstStart`]).
+static EVER_WANTED: AtomicBool = AtomicBool::new(false);
+/// When the current (or last) session with code events started, in the
+/// kernel's clock ticks since boot (the unit of a thread's start time).
+static SESSION_START_TICKS: AtomicU64 = AtomicU64::new(0);
 
 /// When the JIT code event handler is installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +65,13 @@ pub enum Policy {
     /// every later compilation is seen, OSR code included, at the cost of
     /// handling code events (and GC moves of code) all the time.
     FromLoad,
+    /// The default: from the first `start()` (or, for an isolate registered
+    /// later, its registration) until the environment is torn down. Each
+    /// isolate's existing code is enumerated once, not at every `start()`,
+    /// and not at all for a thread created after the session started (its
+    /// only code before registration is Node's bootstrap; V8's enumeration
+    /// walks the whole heap, ~7 ms of CPU for a new worker).
+    FromFirstStart,
 }
 /// The user has not turned code events off.
 static ALLOWED: AtomicBool = AtomicBool::new(true);
@@ -69,6 +83,59 @@ static INSTALLS: AtomicU64 = AtomicU64::new(0);
 static INTERRUPTS_REQUESTED: AtomicU64 = AtomicU64::new(0);
 static INTERRUPTS_RUN: AtomicU64 = AtomicU64::new(0);
 static LAST_INSTALL_NS: AtomicU64 = AtomicU64::new(0);
+static INSTALL_CPU_NS: AtomicU64 = AtomicU64::new(0);
+static INSTALLS_ENUMERATING: AtomicU64 = AtomicU64::new(0);
+
+/// CPU time of the calling thread, ns.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Now, in clock ticks since boot (Linux; None elsewhere).
+fn boot_ticks_now() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out-pointer; sysconf has no preconditions.
+        let (ok, hz) =
+            unsafe { (libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) == 0, libc::sysconf(libc::_SC_CLK_TCK)) };
+        (ok && hz > 0).then(|| ts.tv_sec as u64 * hz as u64 + ts.tv_nsec as u64 * hz as u64 / 1_000_000_000)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// When the calling thread started, in clock ticks since boot (field 22 of
+/// `/proc/thread-self/stat`; Linux only).
+fn thread_start_ticks() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+        // The name (field 2) may hold spaces and parentheses: fields after
+        // it are counted from its last ')'.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Whether installing on the calling thread should enumerate the existing
+/// code: not for a thread that started after the session did (one tick of
+/// slack for the clock's resolution).
+fn enumerate_on_install() -> bool {
+    if policy() != Policy::FromFirstStart {
+        return true;
+    }
+    let session = SESSION_START_TICKS.load(Ordering::Acquire);
+    match thread_start_ticks() {
+        Some(born) if session != 0 => born <= session + 1,
+        _ => true,
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -176,10 +243,20 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
     }
 }
 
+/// Whether isolates should have the handler now.
+fn wanted() -> bool {
+    let keep = match policy() {
+        Policy::FromLoad => true,
+        Policy::FromFirstStart => EVER_WANTED.load(Ordering::Acquire),
+        Policy::WhileSampling => false,
+    };
+    (WANTED.load(Ordering::Acquire) || keep) && ALLOWED.load(Ordering::Acquire)
+}
+
 /// Installs or clears the handler on the calling thread's isolate to match
 /// the wanted state. Runs on the isolate's own thread only.
 fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
-    let want = (WANTED.load(Ordering::Acquire) || FROM_LOAD.load(Ordering::Acquire)) && ALLOWED.load(Ordering::Acquire);
+    let want = wanted();
     let mut installed = lock(&INSTALLED);
     let is_on = installed.get(&serial).copied().unwrap_or(false);
     if want == is_on {
@@ -187,11 +264,19 @@ fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
     }
     if want {
         let t0 = now_ns();
+        let cpu0 = thread_cpu_ns();
+        let options = if enumerate_on_install() {
+            INSTALLS_ENUMERATING.fetch_add(1, Ordering::Relaxed);
+            JIT_CODE_EVENT_ENUM_EXISTING
+        } else {
+            JIT_CODE_EVENT_DEFAULT
+        };
         // SAFETY: `isolate` is the calling thread's current, live isolate
         // (checked by the callers); the handler is a valid `extern "C"`
         // function that lives as long as the (pinned) library.
-        unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_ENUM_EXISTING, Some(on_jit_event)) };
+        unsafe { (api.set_jit_code_event_handler)(isolate, options, Some(on_jit_event)) };
         LAST_INSTALL_NS.store(now_ns() - t0, Ordering::Relaxed);
+        INSTALL_CPU_NS.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
         INSTALLS.fetch_add(1, Ordering::Relaxed);
     } else {
         // SAFETY: as above; a null handler removes ours.
@@ -222,8 +307,14 @@ fn reconcile_all(api: &Api) {
     let _guard = lock(&LIFECYCLE);
     // SAFETY: TryGetCurrent reads a thread-local.
     let current = unsafe { (api.try_get_current)() };
+    let want = wanted();
     for Registered { isolate, serial, .. } in registry::all() {
         let isolate = isolate as *mut Isolate;
+        // Already as wanted (the handler stays installed between
+        // sessions): nothing to ask of that thread.
+        if lock(&INSTALLED).get(&serial).copied().unwrap_or(false) == want {
+            continue;
+        }
         if isolate == current {
             reconcile_current(api, isolate, serial);
         } else {
@@ -245,14 +336,18 @@ pub fn enable() -> bool {
     if !ALLOWED.load(Ordering::Acquire) {
         return false;
     }
+    if let Some(t) = boot_ticks_now() {
+        SESSION_START_TICKS.store(t, Ordering::Release);
+    }
     WANTED.store(true, Ordering::Release);
+    EVER_WANTED.store(true, Ordering::Release);
     reconcile_all(api);
     true
 }
 
 /// Stops collecting code events (call from `stop()`), unless the policy
-/// is [`Policy::FromLoad`]. The map is kept, so the samples taken so far
-/// can still be named.
+/// keeps them ([`Policy::FromLoad`], [`Policy::FromFirstStart`]). The map
+/// is kept, so the samples taken so far can still be named.
 pub fn disable() {
     WANTED.store(false, Ordering::Release);
     if let Ok(api) = api() {
@@ -270,13 +365,16 @@ pub fn is_enabled() -> bool {
 /// `disable()`.
 pub fn set_policy(policy: Policy) {
     FROM_LOAD.store(policy == Policy::FromLoad, Ordering::Release);
+    WHILE_SAMPLING.store(policy == Policy::WhileSampling, Ordering::Release);
 }
 
 pub fn policy() -> Policy {
     if FROM_LOAD.load(Ordering::Acquire) {
         Policy::FromLoad
-    } else {
+    } else if WHILE_SAMPLING.load(Ordering::Acquire) {
         Policy::WhileSampling
+    } else {
+        Policy::FromFirstStart
     }
 }
 
@@ -332,6 +430,10 @@ pub struct EventStats {
     pub interrupts_run: u64,
     /// Time the last install took (it enumerates existing code), ns.
     pub last_install_ns: u64,
+    /// CPU time of all installs, ns.
+    pub install_cpu_ns: u64,
+    /// Installs that enumerated the existing code.
+    pub installs_enumerating: u64,
     pub installed_isolates: u64,
 }
 
@@ -342,6 +444,8 @@ pub fn stats() -> EventStats {
         interrupts_requested: INTERRUPTS_REQUESTED.load(Ordering::Relaxed),
         interrupts_run: INTERRUPTS_RUN.load(Ordering::Relaxed),
         last_install_ns: LAST_INSTALL_NS.load(Ordering::Relaxed),
+        install_cpu_ns: INSTALL_CPU_NS.load(Ordering::Relaxed),
+        installs_enumerating: INSTALLS_ENUMERATING.load(Ordering::Relaxed),
         installed_isolates: lock(&INSTALLED).values().filter(|v| **v).count() as u64,
     }
 }

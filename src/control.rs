@@ -17,21 +17,17 @@ use crate::sampler::options::SamplerOptions;
 use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
 use crate::sampler::stats::StatsSnapshot;
 use crate::symbols::perf_map_watch::{PerfMapTimeline, PerfMapWatch};
-use crate::v8::frames::{SessionNames, V8JsFrames};
+use crate::v8::frames::V8JsFrames;
 
 /// A running session: the sampler thread, and what its hooks collect.
 struct Running {
     sampler: RunningSampler,
-    /// Filled with the JavaScript names when the session ends.
-    js_names: SessionNames,
     perf_map: Arc<Mutex<PerfMapWatch>>,
 }
 
 /// What one session recorded, with what its hooks collected.
 pub struct Session {
     pub recording: Recording,
-    /// Names of the tagged (JavaScript) frames, by index.
-    pub js_names: Vec<String>,
     /// The growth of V8's perf map during the session, if it has one.
     pub perf_map: PerfMapTimeline,
 }
@@ -60,8 +56,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     let mut backend = platform::new_backend()?;
     // So that threadCount() is right as soon as start() returns.
     backend.refresh_threads(&shared().registry, false);
-    let js_names = SessionNames::default();
-    let rewrite = js_frames(&options, &js_names);
+    let rewrite = js_frames(&options);
     let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
     let watch = perf_map.clone();
     let on_tick = Box::new(move |now_ns| watch.lock().unwrap_or_else(PoisonError::into_inner).observe(now_ns));
@@ -70,7 +65,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     if sampler.is_err() {
         stop_js_frames();
     }
-    *slot = Some(Running { sampler: sampler?, js_names, perf_map });
+    *slot = Some(Running { sampler: sampler?, perf_map });
     Ok(())
 }
 
@@ -92,9 +87,8 @@ pub fn stop() -> Result<Session, SamplerError> {
         // session's want of them.
         crate::v8::disable_code_events();
     }
-    let js_names = std::mem::take(&mut *running.js_names.lock().unwrap_or_else(PoisonError::into_inner));
     let perf_map = running.perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
-    Ok(Session { recording, js_names, perf_map })
+    Ok(Session { recording, perf_map })
 }
 
 /// Stops the sampler and builds the profile: the recording, the modules
@@ -103,9 +97,25 @@ pub fn stop() -> Result<Session, SamplerError> {
 /// happens here rather than at symbolization).
 pub fn stop_profile() -> Result<ProfileData, SamplerError> {
     let session = stop()?;
-    let mut data = ProfileData::from_recording(session.recording, session.js_names, platform::loaded_modules());
+    let mut data = ProfileData::from_recording(session.recording, Vec::new(), platform::loaded_modules());
+    name_js_frames(&mut data);
     crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &session.perf_map);
     Ok(data)
+}
+
+/// Names the JavaScript frames the session recorded (by address: see
+/// `crate::v8::frames`), from V8's code events, at each sample's time.
+fn name_js_frames(data: &mut ProfileData) {
+    if data.stats.js_samples == 0 {
+        return;
+    }
+    let map = crate::v8::code_map();
+    let cols = crate::v8::resolve::StackColumns {
+        frame_address: &mut data.frame_address,
+        stack_frame: &mut data.stack_frame,
+        stack_parent: &mut data.stack_parent,
+    };
+    crate::v8::resolve::resolve_js_frames(&map, cols, &mut data.sample_stack, &data.sample_time_ns, &mut data.js_names);
 }
 
 /// Whether JavaScript frames can be named from V8 in this process: at least
@@ -115,13 +125,13 @@ pub fn js_frames_available() -> bool {
 }
 
 /// Starts V8 code events and JS frame capture, if V8 is usable here.
-fn js_frames(options: &SamplerOptions, names: &SessionNames) -> Option<Box<dyn crate::sampler::backend::StackRewrite>> {
+fn js_frames(options: &SamplerOptions) -> Option<Box<dyn crate::sampler::backend::StackRewrite>> {
     if !options.js_names || !options.native_unwinding || !js_frames_available() {
         return None;
     }
     crate::v8::enable_code_events();
     platform::set_js_frames(true);
-    Some(Box::new(V8JsFrames::new(names.clone())))
+    Some(Box::new(V8JsFrames::new()))
 }
 
 fn stop_js_frames() {

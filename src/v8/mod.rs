@@ -27,6 +27,7 @@ pub mod frames;
 pub mod merge;
 pub mod registry;
 pub mod remap;
+pub mod resolve;
 pub mod sample;
 pub mod slots;
 

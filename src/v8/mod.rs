@@ -3,16 +3,18 @@
 //!
 //! - [`register_current_thread`] / [`unregister_current_thread`]: each JS
 //!   thread records its isolate when the addon loads in its environment,
-//!   and removes it in the environment's cleanup hook, which Node runs on
-//!   that thread before it disposes of the isolate.
+//!   or when the signal handler finds it running V8 code (`discover`), and
+//!   removes it in the environment's cleanup hook, which Node runs on that
+//!   thread before it disposes of the isolate.
 //! - [`sample_js`] (in the Linux signal handler) and
 //!   [`sample_js_stopped_thread`] (macOS, target suspended):
 //!   `v8::Isolate::GetStackSample` on the stopped registers. Allocates
 //!   nothing and takes no lock (see `sample`).
 //! - [`enable_code_events`] / [`disable_code_events`]: V8's JIT code events
 //!   feed a time-versioned address → name map ([`code_map`]).
-//! - `frames::V8JsFrames`: merges the JS frames into the native stack on
-//!   the sampler thread, after the thread resumed.
+//! - `frames::V8JsFrames`: places the JS frames in the native stack on
+//!   the sampler thread, after the thread resumed, by address ranges;
+//!   `resolve` names them when the session ends.
 //!
 //! Every entry point reports "unavailable" without calling into V8 on a V8
 //! whose struct layouts were not verified (`abi`). The design and its

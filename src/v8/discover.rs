@@ -28,6 +28,10 @@
 //!
 //! Cost to a new thread: one stop of up to the discovery thread's wake-up
 //! time, once. Why and how it was measured: `docs/design/isolate-discovery.md`.
+//!
+//! Linux only for now: the Mach backend does not call it (its waiting
+//! would be on a suspended thread instead of a signal handler).
+#![cfg_attr(not(target_os = "linux"), allow(dead_code, unused_imports))]
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -428,7 +428,9 @@ unsafe fn handle(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // JavaScript threads (when naming is on) also keep, for each frame, the
     // words just below its frame pointer: V8 keeps an interpreted frame's
     // bytecode position there (see `crate::v8::slots`).
-    let js_thread = JS_FRAMES.load(Ordering::Acquire) && max_depth > 1 && crate::v8::current_thread_registered();
+    // A thread running V8 code that is not registered yet has its isolate
+    // registered from here (see `crate::v8::discover`).
+    let js_thread = JS_FRAMES.load(Ordering::Acquire) && max_depth > 1 && crate::v8::registered_or_discover(regs.pc);
     // SAFETY: as for `frames`: this handler owns the slot until DONE.
     let words = unsafe { &mut *slot.words.get() };
     let mut words_count = 0u32;

@@ -436,8 +436,8 @@ export interface StartOptions {
   bufferSamples?: number
   /**
    * Name JavaScript frames from V8 while sampling (default true), on
-   * every thread whose environment loaded the addon (workers created
-   * after it loads get it preloaded). No command-line flags needed.
+   * every thread that runs JavaScript, however its worker was made. No
+   * command-line flags needed.
    */
   jsNames?: boolean
 }

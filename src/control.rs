@@ -8,7 +8,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
 
 use crate::platform;
 use crate::profile::ProfileData;
@@ -18,21 +17,17 @@ use crate::sampler::options::SamplerOptions;
 use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
 use crate::sampler::stats::StatsSnapshot;
 use crate::symbols::perf_map_watch::{PerfMapTimeline, PerfMapWatch};
-use crate::v8::frames::{SessionNames, V8JsFrames};
+use crate::v8::frames::V8JsFrames;
 
 /// A running session: the sampler thread, and what its hooks collect.
 struct Running {
     sampler: RunningSampler,
-    /// Filled with the JavaScript names when the session ends.
-    js_names: SessionNames,
     perf_map: Arc<Mutex<PerfMapWatch>>,
 }
 
 /// What one session recorded, with what its hooks collected.
 pub struct Session {
     pub recording: Recording,
-    /// Names of the tagged (JavaScript) frames, by index.
-    pub js_names: Vec<String>,
     /// The growth of V8's perf map during the session, if it has one.
     pub perf_map: PerfMapTimeline,
 }
@@ -62,8 +57,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     // the same time however many threads there are.
     let mut backend = platform::new_backend()?;
     backend.set_frame_pointer_code(crate::v8::frames::builtin_ranges());
-    let js_names = SessionNames::default();
-    let rewrite = js_frames(&options, &js_names);
+    let rewrite = js_frames(&options);
     let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
     let watch = perf_map.clone();
     let on_tick = Box::new(move |now_ns| watch.lock().unwrap_or_else(PoisonError::into_inner).observe(now_ns));
@@ -72,7 +66,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     if sampler.is_err() {
         stop_js_frames();
     }
-    *slot = Some(Running { sampler: sampler?, js_names, perf_map });
+    *slot = Some(Running { sampler: sampler?, perf_map });
     Ok(())
 }
 
@@ -89,10 +83,14 @@ pub fn stop() -> Result<Session, SamplerError> {
     platform::set_js_frames(false);
     platform::discard_pending_on_this_thread();
     drop(slot);
-    release_js_names_later();
-    let js_names = std::mem::take(&mut *running.js_names.lock().unwrap_or_else(PoisonError::into_inner));
+    if js_frames_available() {
+        // Code events stay on for the isolates that have them (see
+        // `crate::v8::events::Policy::FromFirstStart`): this only ends the
+        // session's want of them.
+        crate::v8::disable_code_events();
+    }
     let perf_map = running.perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
-    Ok(Session { recording, js_names, perf_map })
+    Ok(Session { recording, perf_map })
 }
 
 /// Stops the sampler and builds the profile: the recording, the modules
@@ -101,64 +99,25 @@ pub fn stop() -> Result<Session, SamplerError> {
 /// happens here rather than at symbolization).
 pub fn stop_profile() -> Result<ProfileData, SamplerError> {
     let session = stop()?;
-    let mut data = ProfileData::from_recording(session.recording, session.js_names, platform::loaded_modules());
+    let mut data = ProfileData::from_recording(session.recording, Vec::new(), platform::loaded_modules());
+    name_js_frames(&mut data);
     crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &session.perf_map);
     Ok(data)
 }
 
-/// How long V8's code events stay on after `stop()`.
-const RELEASE_JS_NAMES_AFTER: Duration = Duration::from_secs(2);
-
-/// When V8's code events are due to be released, while a releaser thread
-/// waits for it.
-static RELEASE_AT: Mutex<Option<Instant>> = Mutex::new(None);
-
-/// Stops V8's code events a little after `stop()` if no session is running
-/// by then. Installing them costs a walk over all existing code on every
-/// isolate (tens of ms), so a quick stop/start pair keeps them, and an app
-/// that stops profiling for good does not pay for them for the rest of its
-/// life. One releaser thread at most: a later `stop()` only moves the
-/// deadline.
-fn release_js_names_later() {
-    if !js_frames_available() {
+/// Names the JavaScript frames the session recorded (by address: see
+/// `crate::v8::frames`), from V8's code events, at each sample's time.
+fn name_js_frames(data: &mut ProfileData) {
+    if data.stats.js_samples == 0 {
         return;
     }
-    let mut at = RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
-    let waiting = at.is_some();
-    *at = Some(Instant::now() + RELEASE_JS_NAMES_AFTER);
-    if waiting {
-        return;
-    }
-    // Every signal blocked, like the sampler thread.
-    let spawned = crate::sampler::session::with_signals_blocked(|| {
-        std::thread::Builder::new().name("machsampler-release".into()).spawn(|| loop {
-            let due = *RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some(due) = due else { return };
-            let now = Instant::now();
-            if now < due {
-                std::thread::sleep(due - now);
-                continue;
-            }
-            let mut at = RELEASE_AT.lock().unwrap_or_else(PoisonError::into_inner);
-            if at.is_some_and(|d| d <= Instant::now()) {
-                *at = None;
-                drop(at);
-                release_js_names_if_idle();
-                return;
-            }
-        })
-    });
-    if spawned.is_err() {
-        *at = None;
-    }
-}
-
-/// Stops V8's code events if no session is running.
-fn release_js_names_if_idle() {
-    let slot = running();
-    if slot.is_none() && js_frames_available() {
-        crate::v8::disable_code_events();
-    }
+    let map = crate::v8::code_map();
+    let cols = crate::v8::resolve::StackColumns {
+        frame_address: &mut data.frame_address,
+        stack_frame: &mut data.stack_frame,
+        stack_parent: &mut data.stack_parent,
+    };
+    crate::v8::resolve::resolve_js_frames(&map, cols, &mut data.sample_stack, &data.sample_time_ns, &mut data.js_names);
 }
 
 /// Whether JavaScript frames can be named from V8 in this process: at least
@@ -168,13 +127,13 @@ pub fn js_frames_available() -> bool {
 }
 
 /// Starts V8 code events and JS frame capture, if V8 is usable here.
-fn js_frames(options: &SamplerOptions, names: &SessionNames) -> Option<Box<dyn crate::sampler::backend::StackRewrite>> {
+fn js_frames(options: &SamplerOptions) -> Option<Box<dyn crate::sampler::backend::StackRewrite>> {
     if !options.js_names || !options.native_unwinding || !js_frames_available() {
         return None;
     }
     crate::v8::enable_code_events();
     platform::set_js_frames(true);
-    Some(Box::new(V8JsFrames::new(names.clone())))
+    Some(Box::new(V8JsFrames::new()))
 }
 
 fn stop_js_frames() {
@@ -182,7 +141,7 @@ fn stop_js_frames() {
     release_js_names_if_idle_locked();
 }
 
-/// As `release_js_names_if_idle`, for a caller that holds the lock and
+/// Ends the want of code events, for a caller that holds the lock and
 /// has no running session.
 fn release_js_names_if_idle_locked() {
     if js_frames_available() {

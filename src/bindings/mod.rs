@@ -277,8 +277,8 @@ pub struct JsStartOptions {
     /// counted in `stats.samplesDropped`, and `stop()` warns.
     pub buffer_samples: Option<u32>,
     /// Name JavaScript frames from V8 while sampling (default true), on
-    /// every thread whose environment loaded the addon (workers created
-    /// after it loads get it preloaded). No command-line flags needed.
+    /// every thread that runs JavaScript, however its worker was made. No
+    /// command-line flags needed.
     pub js_names: Option<bool>,
 }
 

@@ -108,7 +108,11 @@ pub fn v8_enable_code_events() -> bool {
 /// while sampling.
 #[napi(js_name = "__v8SetCodeEventPolicy")]
 pub fn v8_set_code_event_policy(policy: String) {
-    events::set_policy(if policy == "load" { events::Policy::FromLoad } else { events::Policy::WhileSampling })
+    events::set_policy(match policy.as_str() {
+        "load" => events::Policy::FromLoad,
+        "first-start" => events::Policy::FromFirstStart,
+        _ => events::Policy::WhileSampling,
+    })
 }
 
 #[napi(js_name = "__v8DisableCodeEvents")]
@@ -121,9 +125,14 @@ pub fn v8_disable_code_events() {
 pub fn v8_stats() -> String {
     let e = events::stats();
     let m = code_map().stats();
+    let d = crate::v8::discover::stats();
     json!({
+        "discovery": { "noted": d.noted, "posted": d.posted, "withdrawn": d.withdrawn, "requested": d.requested,
+                       "registered": d.registered, "noEnvironment": d.no_environment, "waitedNsMax": d.waited_ns_max,
+                       "registerCpuNs": d.register_cpu_ns },
+        "registered": crate::v8::registry::all().len(),
         "events": e.events, "installs": e.installs, "interruptsRequested": e.interrupts_requested,
-        "interruptsRun": e.interrupts_run, "lastInstallNs": e.last_install_ns, "installedIsolates": e.installed_isolates,
+        "interruptsRun": e.interrupts_run, "lastInstallNs": e.last_install_ns, "installCpuNs": e.install_cpu_ns, "installsEnumerating": e.installs_enumerating, "installCpuNs": e.install_cpu_ns, "installedIsolates": e.installed_isolates,
         "map": { "added": m.added, "moved": m.moved, "removed": m.removed, "unknown": m.unknown, "evicted": m.evicted,
                  "forgotten": m.forgotten, "dropped": m.dropped, "repeated": m.repeated, "agedOut": m.aged_out, "live": m.live, "dead": m.dead, "names": m.names },
     })
@@ -203,8 +212,16 @@ pub fn js_names_unavailable() -> Option<String> {
 pub fn js_frames_mode() -> String {
     match crate::v8::slots::learned() {
         Some(l) => format!("learned {}:{}:{}", l.array, l.offset, l.smi_shift),
+        None if crate::v8::slots::failed() => "failed".into(),
         None => "learning".into(),
     }
+}
+
+/// Makes the interpreted-frame layout fail to learn, as on a V8 whose
+/// frames agree with no candidate: only compiled code is named then.
+#[napi(js_name = "__v8FailLayoutLearning")]
+pub fn v8_fail_layout_learning() {
+    crate::v8::slots::give_up();
 }
 
 /// For `npm run bench`: the kernel's share of a sample, the time

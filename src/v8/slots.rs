@@ -15,6 +15,13 @@
 //! `GetStackSample`. Compiled frames need nothing of the kind: their pcs
 //! are named from the code map.
 //!
+//! Nothing about the layout is assumed: not the offsets, not the Smi
+//! encoding (32-bit shift in Node's builds, 1-bit with pointer compression,
+//! as in Electron's). If no candidate layout agrees with `GetStackSample`
+//! after [`GIVE_UP_AFTER`] interpreted frames, learning fails for good:
+//! [`read`] then reads nothing, `GetStackSample` is no longer called, and
+//! only compiled code is named (from the code events).
+//!
 //! Reading the words is safe: only inside the thread's stack bounds, and
 //! the values are never dereferenced, only looked up in the code map.
 
@@ -28,9 +35,13 @@ pub const WORDS: usize = OFFSETS.len();
 const _: () = assert!(WORDS == crate::sampler::backend::FRAME_WORDS);
 
 /// Reads the words at `fp - OFFSETS[i]` that lie within `bounds`, 0 for
-/// the others. Async-signal-safe.
+/// the others; all 0 once learning has [`failed`]. Async-signal-safe.
 #[inline]
 pub fn read(fp: u64, bounds: StackBounds, out: &mut [u64; WORDS]) {
+    if failed() {
+        *out = [0; WORDS];
+        return;
+    }
     for (slot, &off) in out.iter_mut().zip(&OFFSETS) {
         *slot = match fp.checked_sub(off) {
             Some(at) if at >= bounds.lo && at.checked_add(8).is_some_and(|end| end <= bounds.hi) && at & 7 == 0 => {
@@ -91,14 +102,30 @@ impl Layout {
     }
 }
 
-/// The layout learned in this process, if any.
+/// The layout learned in this process, if any, or [`FAILED`].
 static LEARNED: AtomicU32 = AtomicU32::new(0);
+/// `LEARNED` when no layout agreed with `GetStackSample`.
+const FAILED: u32 = 2 << 24;
 
 pub fn learned() -> Option<Layout> {
     Layout::unpack(LEARNED.load(Ordering::Acquire))
 }
 
-/// For tests and for an unknown V8: forget what was learned.
+/// True once learning gave up: no frame words are read, and
+/// `GetStackSample` is not called any more. Async-signal-safe.
+#[inline]
+pub fn failed() -> bool {
+    LEARNED.load(Ordering::Acquire) == FAILED
+}
+
+/// Gives up learning, as when no layout agrees with `GetStackSample` (for
+/// tests of that fallback).
+pub fn give_up() {
+    LEARNED.store(FAILED, Ordering::Release);
+}
+
+/// For tests and for an unknown V8: forget what was learned (or that it
+/// failed).
 pub fn forget() {
     LEARNED.store(0, Ordering::Release);
 }
@@ -108,12 +135,18 @@ pub const CONFIRMATIONS: u32 = 64;
 /// And the largest share of frames it may miss: frames caught in their
 /// setup (the leaf just entering the interpreter) hold stale words.
 pub const MAX_MISS_PER: u32 = 50;
+/// Interpreted frames seen with `GetStackSample`'s answer after which, if
+/// no layout is confirmed, learning fails for good. A confirmed layout is
+/// normally reached after ~100 frames (a few dozen samples).
+pub const GIVE_UP_AFTER: u32 = 1 << 14;
 
 /// Learns the layout from samples that have both the frame words and
 /// `GetStackSample`'s answer.
 pub struct Learner {
     /// Per candidate layout: (frames matched, frames missed).
     scores: Vec<(Layout, u32, u32)>,
+    /// Interpreted frames observed.
+    seen: u32,
 }
 
 impl Default for Learner {
@@ -124,7 +157,7 @@ impl Default for Learner {
 
 impl Learner {
     pub fn new() -> Self {
-        Learner { scores: Layout::all().map(|l| (l, 0, 0)).collect() }
+        Learner { scores: Layout::all().map(|l| (l, 0, 0)).collect(), seen: 0 }
     }
 
     /// One sample: `interpreted` are the words of the frames the native
@@ -144,9 +177,10 @@ impl Learner {
         reported: &[u64],
         is_bytecode: &dyn Fn(u64) -> bool,
     ) -> Option<Layout> {
-        if interpreted.is_empty() || reported.is_empty() {
+        if interpreted.is_empty() || reported.is_empty() || LEARNED.load(Ordering::Acquire) != 0 {
             return learned();
         }
+        self.seen = self.seen.saturating_add(interpreted.len() as u32);
         for (layout, hits, misses) in &mut self.scores {
             for w in interpreted {
                 match layout.bytecode(w) {
@@ -163,7 +197,11 @@ impl Learner {
         if let Some(&(layout, hits, misses)) = best {
             if hits >= CONFIRMATIONS && misses.saturating_mul(MAX_MISS_PER) <= hits {
                 LEARNED.store(layout.pack(), Ordering::Release);
+                return learned();
             }
+        }
+        if self.seen >= GIVE_UP_AFTER {
+            LEARNED.store(FAILED, Ordering::Release);
         }
         learned()
     }
@@ -207,6 +245,7 @@ mod tests {
 
     #[test]
     fn reads_only_inside_bounds() {
+        let _turn = turn();
         let stack = [11u64, 22, 33, 44, 55, 66, 77, 88];
         let base = stack.as_ptr() as u64;
         let bounds = StackBounds::new(base + 8, base + 64);
@@ -248,6 +287,48 @@ mod tests {
             let reported = if i % 4 == 0 { [array + 9999] } else { [array + i] };
             assert_eq!(l.observe(&[words], &reported, &|_| false), None);
         }
+    }
+
+    #[test]
+    fn pointer_compression_smis_are_learned_too() {
+        let _turn = turn();
+        let mut l = Learner::new();
+        let array = 0x0800_0001u64;
+        let mut got = None;
+        for i in 0..CONFIRMATIONS as u64 {
+            // A 31-bit Smi (shifted by one), upper half sign extension.
+            let words = [array + i * 8, i << 1, 0, 0];
+            got = l.observe(&[words], &[array + i * 8 + i], &|_| false);
+        }
+        assert_eq!(got, Some(Layout { array: 0, offset: 1, smi_shift: 1 }));
+    }
+
+    #[test]
+    fn learning_fails_for_good_when_nothing_agrees() {
+        let _turn = turn();
+        let mut l = Learner::new();
+        let array = 0x4000_0001u64;
+        let stack = [11u64, 22, 33, 44, 55, 66, 77, 88];
+        let bounds = StackBounds::new(stack.as_ptr() as u64, stack.as_ptr() as u64 + 64);
+        let mut i = 0u64;
+        while !failed() {
+            // Words that decode to something, never what V8 reported.
+            let words = [array, (i % 7) << 32, array, (i % 5) << 32];
+            assert_eq!(l.observe(&[words], &[array + 100 + i], &|_| true), None);
+            i += 1;
+            assert!(i <= GIVE_UP_AFTER as u64, "never gave up");
+        }
+        assert_eq!(i, GIVE_UP_AFTER as u64);
+        assert_eq!(learned(), None);
+        // No more reads, and no later evidence revives it.
+        let mut out = [9u64; WORDS];
+        read(stack.as_ptr() as u64 + 56, bounds, &mut out);
+        assert_eq!(out, [0; WORDS]);
+        let words = [0, array, 3 << 32, 0];
+        for _ in 0..CONFIRMATIONS {
+            l.observe(&[words], &[array + 3], &|_| false);
+        }
+        assert!(failed());
     }
 
     #[test]

@@ -378,7 +378,10 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     d.tail_len = 0;
     d.runtime_len = 0;
     let own_stack = copy_stack(slot, &regs, tcb, d);
-    if own_stack && JS_FRAMES.load(Ordering::Acquire) && crate::v8::current_thread_registered() {
+    // A thread running V8 code that is not registered yet has its isolate
+    // registered from here (see `crate::v8::discover`).
+    let js_thread = JS_FRAMES.load(Ordering::Acquire) && crate::v8::registered_or_discover(regs.pc);
+    if own_stack && js_thread {
         // V8's own sampler on the same registers, until the frame layout
         // has been learned from it (see `crate::v8::slots`). Only on the
         // thread's own stack, which V8 knows the bounds of.

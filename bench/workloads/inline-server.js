@@ -1,0 +1,101 @@
+'use strict'
+// A loopback HTTP server whose route calls small functions V8 inlines
+// (parse, validate, hash, render) under load from a client process (8
+// keep-alive connections for opts.ms). With opts.sample it profiles itself
+// with machsampler from 800 ms on and prints the main thread's JS self-time
+// shares (the innermost JS function of each running sample; with
+// opts.jsLeaf only samples whose leaf is JS or a builtin); otherwise it just
+// runs, for --cpu-prof.
+const http = require('http')
+const crypto = require('crypto')
+const { spawn } = require('child_process')
+
+const opts = JSON.parse(process.argv[2] || '{}')
+
+function parseQuery(url) {
+  const q = {}
+  const i = url.indexOf('?')
+  if (i < 0) return q
+  for (const kv of url.slice(i + 1).split('&')) {
+    const [k, v] = kv.split('=')
+    q[k] = v
+  }
+  return q
+}
+function validateUser(q) {
+  return typeof q.user === 'string' && q.user.length > 0 && q.user.length < 64
+}
+function hashPayload(s) {
+  return crypto.createHash('sha256').update(s).digest('hex')
+}
+function scoreItems(n) {
+  let s = 0
+  for (let i = 0; i < n; i++) s += (i * 2654435761) % 97
+  return s
+}
+function renderBody(user, h, score) {
+  return JSON.stringify({ user, h, score, items: [1, 2, 3].map((x) => x * score) })
+}
+function handleRequest(req, res) {
+  const q = parseQuery(req.url)
+  if (!validateUser(q)) {
+    res.statusCode = 400
+    return res.end()
+  }
+  const h = hashPayload(q.user + req.url)
+  const score = scoreItems(2000)
+  res.setHeader('content-type', 'application/json')
+  res.end(renderBody(q.user, h, score))
+}
+
+const CLIENT = (port, ms) => `
+const http = require('http')
+const agent = new http.Agent({ keepAlive: true, maxSockets: 8 })
+const end = Date.now() + ${ms}
+let inflight = 0
+let n = 0
+function go() {
+  while (inflight < 8 && Date.now() < end) {
+    inflight++
+    http.get({ host: '127.0.0.1', port: ${port}, path: '/api?user=u' + (n++ % 50) + '&x=1', agent }, (r) => {
+      r.resume()
+      r.on('end', () => { inflight--; go() })
+    })
+  }
+  if (Date.now() >= end && inflight === 0) process.exit(0)
+}
+go()`
+
+function jsSelfShares(ms, p) {
+  const s = ms.symbolicate(p)
+  const self = new Map()
+  let total = 0
+  for (let i = 0; i < p.samples.stack.length; i++) {
+    if (p.samples.idle[i] || !p.threads[p.samples.thread[i]].isMain) continue
+    if (opts.jsLeaf) {
+      const leaf = s.frameFunction[p.stacks.frame[p.samples.stack[i]]]
+      if (!(s.functions.kind[leaf] === 'js' || s.functions.name[leaf].startsWith('Builtins_'))) continue
+    }
+    for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) {
+      const f = s.frameFunction[p.stacks.frame[n]]
+      if (s.functions.kind[f] !== 'js') continue
+      const name = s.functions.name[f].replace(/ \(.*$/, '')
+      self.set(name, (self.get(name) || 0) + 1)
+      total++
+      break
+    }
+  }
+  return Object.fromEntries([...self].map(([k, v]) => [k, v / total]))
+}
+
+const server = http.createServer(handleRequest)
+server.listen(0, '127.0.0.1', () => {
+  const ms = opts.sample ? require('../..') : null
+  const client = spawn(process.execPath, ['-e', CLIENT(server.address().port, opts.ms || 4000)], { stdio: 'inherit' })
+  if (ms) setTimeout(() => ms.start({ intervalMs: 1 }), 800)
+  client.on('exit', () => {
+    if (ms) process.stdout.write(JSON.stringify(jsSelfShares(ms, ms.stop())) + '\n')
+    server.close()
+    process.exit(0)
+  })
+})

@@ -1,0 +1,221 @@
+//! JavaScript frames named once, when the session ends, not per sample.
+//!
+//! While sampling, the sampler thread only places JS frames in native
+//! stacks (by address ranges: `frames`), recording the compiled code's pc
+//! or the interpreted frame's bytecode address. At `stop()` every distinct
+//! address of the recorded stack table is looked up in the code map once:
+//! if every entry that covered it during the session has the same
+//! function, the frame is renamed for all samples at once; only an address
+//! that V8 reused for another function during the session is named per
+//! sample, at the sample's time. Each distinct function becomes one tagged
+//! frame (`TAGGED_FRAME | index` into the returned names), whatever its
+//! tier. Why: `docs/design/js-names-at-stop.md`.
+
+use rustc_hash::FxHashMap;
+
+use super::codemap::{parse_js_name, CodeMap};
+use crate::sampler::backend::TAGGED_FRAME;
+
+/// A stack table as columns (a profile's `frames`/`stacks`).
+pub struct StackColumns<'a> {
+    pub frame_address: &'a mut Vec<u64>,
+    pub stack_frame: &'a mut Vec<u32>,
+    pub stack_parent: &'a mut Vec<i32>,
+}
+
+/// What a frame address becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    /// The same for every sample (maybe the address itself).
+    Fixed(u64),
+    /// Depends on the sample's time.
+    ByTime,
+}
+
+/// Function names, one tagged frame per displayed name.
+#[derive(Default)]
+struct Names {
+    raw: Vec<String>,
+    by_display: FxHashMap<String, u32>,
+}
+
+impl Names {
+    fn tag(&mut self, raw: &str) -> u64 {
+        let display = parse_js_name(raw).display;
+        let next = self.raw.len() as u32;
+        let i = *self.by_display.entry(display).or_insert_with(|| {
+            self.raw.push(raw.to_string());
+            next
+        });
+        TAGGED_FRAME | i as u64
+    }
+}
+
+/// The frame a JS function's entry becomes: tagged if it is JavaScript,
+/// the address itself otherwise (builtins and stubs are named natively).
+fn renamed(names: &mut Names, addr: u64, raw: Option<&str>) -> u64 {
+    match raw {
+        Some(raw) if super::codemap::is_js_name(raw) => names.tag(raw),
+        _ => addr,
+    }
+}
+
+fn fate(map: &CodeMap, names: &mut Names, addr: u64, window: (u64, u64)) -> Fate {
+    if addr & TAGGED_FRAME != 0 {
+        return Fate::Fixed(addr);
+    }
+    let all = map.covering(addr);
+    if all.is_empty() {
+        return Fate::Fixed(addr);
+    }
+    // Entries alive at some point of the session.
+    let during: Vec<&str> =
+        all.iter().filter(|(born, died, _)| *born <= window.1 && *died > window.0).map(|(_, _, raw)| *raw).collect();
+    if during.is_empty() {
+        // Only entries from before or after: the nearest in time names it.
+        return Fate::ByTime;
+    }
+    let first = parse_js_name(during[0]).display;
+    let same = during.iter().all(|raw| parse_js_name(raw).display == first)
+        && during.iter().all(|raw| super::codemap::is_js_name(raw) == super::codemap::is_js_name(during[0]));
+    if same {
+        Fate::Fixed(renamed(names, addr, Some(during[0])))
+    } else {
+        Fate::ByTime
+    }
+}
+
+/// Renames the JS frames of a stack table whose samples have the given
+/// stacks and times (`CLOCK_MONOTONIC`, as the code map), appending their
+/// names to `js_names` (which tagged frames already in the table index).
+/// Returns how many samples needed a by-time lookup.
+pub fn resolve_js_frames(
+    map: &CodeMap,
+    cols: StackColumns<'_>,
+    sample_stack: &mut [u32],
+    sample_time_ns: &[u64],
+    js_names: &mut Vec<String>,
+) -> usize {
+    if sample_stack.is_empty() {
+        return 0;
+    }
+    let lo = sample_time_ns.iter().copied().min().unwrap_or(0);
+    let hi = sample_time_ns.iter().copied().max().unwrap_or(u64::MAX);
+    let mut names = Names::default();
+    for (i, raw) in js_names.iter().enumerate() {
+        names.by_display.entry(parse_js_name(raw).display).or_insert(i as u32);
+    }
+    names.raw = std::mem::take(js_names);
+    let fates: Vec<Fate> = cols.frame_address.iter().map(|&a| fate(map, &mut names, a, (lo, hi))).collect();
+
+    // The new table: frames by address, nodes by (parent, frame).
+    let mut frame_of: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut new_frames: Vec<u64> = Vec::new();
+    let mut node_of: FxHashMap<(i32, u32), u32> = FxHashMap::default();
+    let (mut new_frame_col, mut new_parent_col): (Vec<u32>, Vec<i32>) = (Vec::new(), Vec::new());
+    let mut intern = |parent: i32, addr: u64| -> u32 {
+        let f = *frame_of.entry(addr).or_insert_with(|| {
+            new_frames.push(addr);
+            new_frames.len() as u32 - 1
+        });
+        *node_of.entry((parent, f)).or_insert_with(|| {
+            new_frame_col.push(f);
+            new_parent_col.push(parent);
+            new_frame_col.len() as u32 - 1
+        })
+    };
+    // Nodes whose whole path is fixed map once (parents come first).
+    let n = cols.stack_frame.len();
+    let mut fixed_node: Vec<Option<u32>> = vec![None; n];
+    for i in 0..n {
+        let parent = cols.stack_parent[i];
+        let parent_new = if parent < 0 { Some(-1) } else { fixed_node[parent as usize].map(|p| p as i32) };
+        if let (Some(p), Fate::Fixed(addr)) = (parent_new, fates[cols.stack_frame[i] as usize]) {
+            fixed_node[i] = Some(intern(p, addr));
+        }
+    }
+    let mut by_time = 0;
+    let mut path: Vec<u32> = Vec::new();
+    for (s, stack) in sample_stack.iter_mut().enumerate() {
+        if let Some(node) = fixed_node[*stack as usize] {
+            *stack = node;
+            continue;
+        }
+        by_time += 1;
+        let t = sample_time_ns[s];
+        path.clear();
+        let mut node = *stack as i64;
+        while node >= 0 && path.len() <= n {
+            path.push(node as u32);
+            node = cols.stack_parent[node as usize] as i64;
+        }
+        let mut parent = -1i32;
+        for &node in path.iter().rev() {
+            let frame = cols.stack_frame[node as usize] as usize;
+            let addr = cols.frame_address[frame];
+            let new = match fates[frame] {
+                Fate::Fixed(a) => a,
+                Fate::ByTime => renamed(&mut names, addr, map.lookup(addr, t).map(|h| h.raw)),
+            };
+            parent = intern(parent, new) as i32;
+        }
+        *stack = parent as u32;
+    }
+    *cols.frame_address = new_frames;
+    *cols.stack_frame = new_frame_col;
+    *cols.stack_parent = new_parent_col;
+    *js_names = names.raw;
+    by_time
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v8::codemap::CodeKind;
+
+    #[test]
+    fn fixed_frames_rename_once_reused_addresses_by_time() {
+        let mut map = CodeMap::default();
+        map.add(0x1000, 0x100, CodeKind::Jit, "JS:*fib /a.js:1:1", 1, 0);
+        // 0x2000 holds `a` until t=50, then `b`.
+        map.add(0x2000, 0x100, CodeKind::Jit, "JS:*a /a.js:5:1", 1, 0);
+        map.add(0x2000, 0x100, CodeKind::Jit, "JS:*b /a.js:9:1", 1, 50);
+        map.add(0x3000, 0x100, CodeKind::Jit, "Builtin:Foo", 0, 0);
+        // The same function at another tier: one name.
+        map.add(0x4000, 0x100, CodeKind::Bytecode, "JS:~fib /a.js:1:1", 1, 0);
+        // Frames: native, fib, reused, builtin, fib's bytecode.
+        let mut frames = vec![0x9000, 0x1010, 0x2010, 0x3010, 0x4010];
+        // Stacks: 0 = [native], 1 = native<-fib, 2 = native<-reused, 3 = native<-builtin<-fib bytecode
+        let mut stack_frame = vec![0, 1, 2, 3, 4];
+        let mut stack_parent = vec![-1, 0, 0, 0, 3];
+        let mut samples = vec![1, 2, 2, 4];
+        let times = [10, 20, 60, 70];
+        let mut names = Vec::new();
+        let cols =
+            StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
+        let by_time = resolve_js_frames(&map, cols, &mut samples, &times, &mut names);
+        assert_eq!(by_time, 2);
+        assert_eq!(names, vec!["JS:*fib /a.js:1:1".to_string(), "JS:*a /a.js:5:1".into(), "JS:*b /a.js:9:1".into()]);
+        let leaf = |s: usize| frames[stack_frame[samples[s] as usize] as usize];
+        let root = |s: usize| {
+            let mut n = samples[s] as i32;
+            while stack_parent[n as usize] >= 0 {
+                n = stack_parent[n as usize];
+            }
+            frames[stack_frame[n as usize] as usize]
+        };
+        assert_eq!(leaf(0), TAGGED_FRAME);
+        assert_eq!(leaf(1), TAGGED_FRAME | 1, "a at t=20");
+        assert_eq!(leaf(2), TAGGED_FRAME | 2, "b at t=60");
+        assert_eq!(leaf(3), TAGGED_FRAME, "fib's bytecode is fib");
+        assert_eq!(frames[stack_frame[stack_parent[samples[3] as usize] as usize] as usize], 0x3010, "builtins stay");
+        for s in 0..4 {
+            assert_eq!(root(s), 0x9000);
+        }
+        // Tagged frames are unique.
+        let mut tagged: Vec<u64> = frames.iter().copied().filter(|a| a & TAGGED_FRAME != 0).collect();
+        tagged.sort();
+        tagged.dedup();
+        assert_eq!(tagged.len(), frames.iter().filter(|a| *a & TAGGED_FRAME != 0).count());
+    }
+}

@@ -10,13 +10,12 @@
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
- * Checks `intervalMs` and `maxStackDepth` exactly as {@link start} does,
- * without starting: the CLI validates `--interval` and `--depth` before it
- * runs the program. `undefined` means the default.
+ * Checks start options exactly as {@link start} does, without starting:
+ * the CLI validates its options before it runs the program.
  *
- * @throws `EINVAL` with start()'s message if a value is out of range.
+ * @throws `EINVAL` with start()'s message for a bad option.
  */
-export declare function checkRecordOptions(intervalMs?: number, maxStackDepth?: number): void
+export declare function checkStartOptions(options?: StartOptions): void
 
 /**
  * Options for {@link exportProfile} and {@link saveProfile}. Every field

@@ -835,7 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
-module.exports.checkRecordOptions = nativeBinding.checkRecordOptions
+module.exports.checkStartOptions = nativeBinding.checkStartOptions
 module.exports.exportProfile = nativeBinding.exportProfile
 module.exports.formatFromPath = nativeBinding.formatFromPath
 module.exports.formats = nativeBinding.formats

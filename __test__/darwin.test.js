@@ -86,7 +86,7 @@ function currentTids() {
 function expectAccounting(p) {
   const s = p.stats
   expect(s.threadsSampled).toBe(s.samplesCaptured + s.samplesDropped)
-  expect(s.samplesCaptured).toBe(p.samples.thread.length)
+  expect(s.samplesCaptured).toBe(p.samples.weight.reduce((a, w) => a + w, 0))
 }
 
 function translated() {

@@ -39,9 +39,15 @@ describeLinux('JIT names', () => {
     const { spawnSync } = require('child_process')
     const path = require('path')
     const fixture = path.join(__dirname, 'fixtures', 'perfmap-reuse.js')
-    const r = spawnSync(process.execPath, ['--perf-basic-prof-only-functions', fixture], { encoding: 'utf8', timeout: 60000 })
-    expect(r.status).toBe(0)
-    const out = JSON.parse(r.stdout.trim().split('\n').pop())
+    // Under load V8 may finish a compile job after the append and write
+    // over the line; that run proves nothing, so it is run again.
+    let out
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const r = spawnSync(process.execPath, ['--perf-basic-prof-only-functions', fixture], { encoding: 'utf8', timeout: 60000 })
+      expect(r.status).toBe(0)
+      out = JSON.parse(r.stdout.trim().split('\n').pop())
+      if (out.impostorKept) break
+    }
     expect(out.impostorKept).toBe(true) // else the map was overwritten and this proves nothing
     expect(out.fib).toBeGreaterThan(500)
     expect(out.impostor).toBe(0)

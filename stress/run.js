@@ -101,6 +101,14 @@ const SCENARIOS = [
     limitS: 900,
   },
   {
+    name: 'repros',
+    what: 'the reproducers of stress/repro/ (execve with a pending signal, foreign stacks, EINTR, sigwait threads, group signals, ...): each must say "not reproduced"',
+    quick: {},
+    full: { full: true },
+    hangMs: 60000,
+    limitS: 1500,
+  },
+  {
     name: 'bad-input-js',
     what: 'every JS entry point with wrong types, out-of-range values, null/undefined, huge numbers, extra arguments, mangled profiles',
     quick: { mutations: 1500 },

@@ -112,21 +112,36 @@ impl Pool {
     /// A pool of `n` records, all free.
     pub fn new(n: usize) -> Box<Pool> {
         let n = n.clamp(1, NONE as usize - 1);
-        let mut records = Vec::with_capacity(n);
-        for i in 0..n {
-            let next = if i + 1 < n { (i + 1) as u32 } else { NONE };
-            // SAFETY: RecordData is plain integers and arrays of them, for
-            // which all-zero bytes are valid; zeroed allocation lets the
-            // kernel hand out pages only when a record is first used.
-            let data: Box<UnsafeCell<RecordData>> = unsafe { Box::new_zeroed().assume_init() };
-            records.push(Record { next: AtomicU32::new(next), data: *data });
+        // SAFETY: a Record is an atomic integer and plain integers and
+        // arrays of them, for which all-zero bytes are valid. The zeroed
+        // allocation is mapped lazily: a record's pages are touched when a
+        // handler first fills it, not here (start() stays fast).
+        let records: Box<[Record]> = unsafe { Box::new_zeroed_slice(n).assume_init() };
+        for (i, r) in records.iter().enumerate() {
+            r.next.store(if i + 1 < n { (i + 1) as u32 } else { NONE }, Ordering::Relaxed);
         }
         Box::new(Pool {
-            records: records.into_boxed_slice(),
+            records,
             free: AtomicU64::new(pack(0, 0)),
             done: AtomicU64::new(pack(0, NONE)),
             pending: AtomicI32::new(0),
         })
+    }
+
+    /// Maps the records' pages in now (off the caller's path: the sampler
+    /// thread calls this), so that handlers do not take page faults on
+    /// first use. The contents are not touched: records in use meanwhile
+    /// are unaffected. Best effort (MADV_POPULATE_WRITE is Linux 5.14+).
+    pub fn populate(&self) {
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let start = self.records.as_ptr() as usize;
+        let page = 4096;
+        let lo = start & !(page - 1);
+        let hi = start + std::mem::size_of_val(&*self.records);
+        // SAFETY: the range covers only this pool's own allocation (rounded
+        // out to pages that contain it); MADV_POPULATE_WRITE only faults
+        // pages in, without changing their contents.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
     }
 
     pub fn len(&self) -> usize {

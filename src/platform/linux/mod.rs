@@ -357,6 +357,7 @@ impl LinuxBackend {
 
 impl Backend for LinuxBackend {
     fn prepare_sampler_thread(&mut self) {
+        self.pool.populate();
         // The default 50 µs timer slack would smear 1 kHz deadlines.
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };

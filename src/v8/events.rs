@@ -9,7 +9,7 @@
 //! map is locked, events queue and the next user of the map applies them,
 //! in order. Why this API, and its limits: `docs/design/v8-code-events.md`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
@@ -77,6 +77,14 @@ pub enum Policy {
 static ALLOWED: AtomicBool = AtomicBool::new(true);
 /// Registration serial → handler installed on that isolate.
 static INSTALLED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Isolates that want the handler and do not have it yet: it is installed
+/// once their thread is seen running JavaScript while sampling
+/// ([`install_if_pending`]), not inside `start()` (installing costs 5-12
+/// ms in a fresh Node process) nor in every worker that never runs while
+/// sampled.
+static PENDING: LazyLock<Mutex<HashSet<u32>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+/// Set by [`enable_lazily`], cleared by [`enable`].
+static LAZY: AtomicBool = AtomicBool::new(false);
 /// Registrations whose existing code was enumerated (or is being).
 static ENUMERATED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
@@ -422,11 +430,18 @@ fn reconcile_all(api: &Api) {
     // SAFETY: TryGetCurrent reads a thread-local.
     let current = unsafe { (api.try_get_current)() };
     let want = wanted();
+    if !want {
+        lock(&PENDING).clear();
+    }
     for Registered { isolate, serial, .. } in registry::all() {
         let isolate = isolate as *mut Isolate;
         // Already as wanted (the handler stays installed between
         // sessions): nothing to ask of that thread.
         if lock(&INSTALLED).get(&serial).copied().unwrap_or(false) == want {
+            continue;
+        }
+        if want && install_lazily() {
+            lock(&PENDING).insert(serial);
             continue;
         }
         if isolate == current {
@@ -446,6 +461,19 @@ fn reconcile_all(api: &Api) {
 /// `start()`, on a JS thread). Returns false if the layer is unavailable or
 /// turned off.
 pub fn enable() -> bool {
+    LAZY.store(false, Ordering::Release);
+    enable_now()
+}
+
+/// Like [`enable`], for a sampling session: each isolate gets the handler
+/// only once its thread is sampled running JavaScript
+/// ([`install_if_pending`]).
+pub fn enable_lazily() -> bool {
+    LAZY.store(true, Ordering::Release);
+    enable_now()
+}
+
+fn enable_now() -> bool {
     let Ok(api) = api() else { return false };
     if !ALLOWED.load(Ordering::Acquire) {
         return false;
@@ -512,7 +540,41 @@ pub(crate) fn on_registered(api: &Api, reg: Registered) {
     // SAFETY: the caller's own, live isolate; the blob is process-wide.
     EMBEDDED.get_or_init(|| unsafe { api.embedded_code_range(reg.isolate as *mut Isolate) });
     let _guard = lock(&LIFECYCLE);
+    if wanted() && install_lazily() {
+        lock(&PENDING).insert(reg.serial);
+        return;
+    }
     reconcile_current(api, reg.isolate as *mut Isolate, reg.serial);
+}
+
+/// Whether the handler is installed only on isolates seen running while
+/// sampling: after [`enable_lazily`], except with [`Policy::FromLoad`]
+/// (installed as each isolate registers).
+fn install_lazily() -> bool {
+    LAZY.load(Ordering::Acquire) && policy() != Policy::FromLoad
+}
+
+/// For the sampler thread, on each sample of a registered JS thread: if
+/// that thread's isolate waits for the handler, asks it to install it at
+/// its next interrupt check (with the enumeration of its existing code
+/// that installing brings). Never waits: skipped while the lifecycle lock
+/// is busy, and tried again on a later sample.
+pub fn install_if_pending(tid: u64) {
+    let Ok(api) = api() else { return };
+    let _guard = match LIFECYCLE.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    let Some(reg) = registry::lookup_tid(tid) else { return };
+    if !lock(&PENDING).remove(&reg.serial) {
+        return;
+    }
+    INTERRUPTS_REQUESTED.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: registered, and its thread cannot finish unregistering (and
+    // so dispose of it) while we hold LIFECYCLE; RequestInterrupt is
+    // documented as callable from any thread; the data is an integer.
+    unsafe { (api.request_interrupt)(reg.isolate as *mut Isolate, on_interrupt, reg.serial as usize as *mut c_void) };
 }
 
 /// Called on a JS thread when it unregisters for the last time: clears the
@@ -521,6 +583,7 @@ pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
     // Taken before the registry entry goes away (by the caller, which
     // already holds it): see `lifecycle_guard`.
     lock(&ENUMERATED).remove(&reg.serial);
+    lock(&PENDING).remove(&reg.serial);
     let mut installed = lock(&INSTALLED);
     if installed.remove(&reg.serial).unwrap_or(false) {
         // SAFETY: on the isolate's own thread, before it is disposed of.

@@ -432,6 +432,7 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         stats,
         symbols,
         js_names: optional_string_array(&obj, "jsNames", p)?,
+        ..Default::default()
     };
     if data.sample_weight.is_empty() {
         data.sample_weight = vec![1; data.sample_thread.len()];

@@ -507,7 +507,8 @@ pub struct JsProfileSummary {
     pub duration_ns: f64,
     /// Sampling interval, nanoseconds.
     pub interval_ns: f64,
-    /// Samples stored, idle ones included.
+    /// Samples (weights counted: a row may stand for several), idle ones
+    /// included.
     pub samples: f64,
     /// Of those, samples of idle threads.
     pub idle_samples: f64,
@@ -538,8 +539,9 @@ impl JsProfileSummary {
             pid: d.meta.pid,
             duration_ns: d.end_ns.saturating_sub(d.start_ns) as f64,
             interval_ns: d.interval_ns as f64,
-            samples: d.sample_count() as f64,
-            idle_samples: d.sample_idle.iter().filter(|&&i| i != 0).count() as f64,
+            samples: d.total_weight() as f64,
+            idle_samples: (0..d.sample_count()).filter(|&i| d.sample_idle[i] != 0).map(|i| d.weight(i)).sum::<u64>()
+                as f64,
             threads_sampled: sampled.iter().filter(|&&s| s).count() as u32,
             threads_seen: d.threads.len() as u32,
             symbolicated: d.symbols.is_some(),

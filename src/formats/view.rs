@@ -6,9 +6,13 @@
 //!   are folded into the JavaScript function that called them, so a
 //!   TypeScript compile shows the compiler's functions on top, not
 //!   TurboFan. Native frames of the program's own addons are kept (a
-//!   `.node` file, a library from node_modules): they are user code. A
-//!   stack with nothing left is `(garbage collector)` when it was in V8's
-//!   heap, else `(program)`, as `--cpu-prof` names them.
+//!   `.node` file, a library from node_modules): they are user code. On a
+//!   thread that runs JavaScript, a stack with nothing left is `(garbage
+//!   collector)` when it was in V8's heap, else `(program)`, as
+//!   `--cpu-prof` names them. Threads that never run JavaScript or addon
+//!   code (V8's compiler threads, libuv's pool hashing in OpenSSL) have
+//!   nothing to show in this view and are left out; the per-thread totals
+//!   and the mixed view still show them.
 //! - `native`: native frames only; JavaScript is folded into the native
 //!   code that called it.
 //!
@@ -120,13 +124,36 @@ pub fn apply(profile: &ProfileData, view: View) -> Cow<'_, ProfileData> {
         in_gc[s] = up_gc || gc[func];
         mapped[s] = if keep[func] { intern(&mut out, up, frame) } else { up };
     }
-    for i in 0..out.sample_count() {
+    // Threads with something to show: any sample with a kept frame.
+    let mut shows = vec![view == View::Native; profile.threads.len()];
+    for i in 0..profile.sample_count() {
+        if mapped[profile.sample_stack[i] as usize] >= 0 {
+            shows[profile.sample_thread[i] as usize] = true;
+        }
+    }
+    let mut kept = 0;
+    for i in 0..profile.sample_count() {
         let s = profile.sample_stack[i] as usize;
-        out.sample_stack[i] = match mapped[s] {
+        let thread = profile.sample_thread[i] as usize;
+        let stack = match mapped[s] {
             m if m >= 0 => m as u32,
+            _ if !shows[thread] => continue,
             _ => intern(&mut out, -1, if in_gc[s] { gc_frame } else { program_frame }) as u32,
         };
+        out.sample_thread[kept] = profile.sample_thread[i];
+        out.sample_time_ns[kept] = profile.sample_time_ns[i];
+        out.sample_stack[kept] = stack;
+        out.sample_idle[kept] = profile.sample_idle[i];
+        out.sample_cpu_delta_ns[kept] = profile.sample_cpu_delta_ns[i];
+        out.sample_weight[kept] = profile.sample_weight[i];
+        kept += 1;
     }
+    out.sample_thread.truncate(kept);
+    out.sample_time_ns.truncate(kept);
+    out.sample_stack.truncate(kept);
+    out.sample_idle.truncate(kept);
+    out.sample_cpu_delta_ns.truncate(kept);
+    out.sample_weight.truncate(kept);
     out.symbols = Some(symbols);
     Cow::Owned(out)
 }
@@ -205,6 +232,14 @@ mod tests {
              worker (101);uv_run;v8::internal::Heap::CollectGarbage 1\n"
         );
         assert!(matches!(apply(&p, View::Mixed), Cow::Borrowed(_)));
+        // A thread that never runs JavaScript has nothing in the js view.
+        let mut p = mixed_profile();
+        p.sample_stack = vec![2, 4, 3, 0];
+        assert_eq!(
+            folded(&p, View::Js),
+            "main (100);run (/app/x.js:3:5) 1\n\
+             main (100);run (/app/x.js:3:5);addon_work 1\n"
+        );
         assert_eq!(View::parse("js"), Some(View::Js));
         assert_eq!(View::parse("JS"), None);
     }

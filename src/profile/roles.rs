@@ -75,6 +75,9 @@ pub fn classify(profile: &ProfileData, symbols: &Symbols) -> Vec<String> {
             }
         }
     }
+    let in_runtime = |f: &super::Function| {
+        usize::try_from(f.module).ok().and_then(|m| profile.modules.get(m)).is_some_and(|m| is_runtime_module(&m.path))
+    };
     (0..n)
         .map(|t| {
             if profile.threads[t].is_main {
@@ -86,12 +89,11 @@ pub fn classify(profile: &ProfileData, symbols: &Symbols) -> Vec<String> {
                 if let Some((_, role)) = RULES.iter().find(|(pattern, _)| f.name.contains(pattern)) {
                     return role.to_string();
                 }
-            }
-            // libuv's pool: `worker` in threadpool.c, started by libuv.
-            if names().any(|f| f.name.starts_with("uv__thread_start"))
-                && names().any(|f| f.name == "worker" || f.name.starts_with("worker("))
-            {
-                return "libuv pool".to_string();
+                // libuv's pool: `worker` in threadpool.c (its caller,
+                // uv__thread_start, is often inlined away).
+                if (f.name == "worker" || f.name.starts_with("worker(")) && in_runtime(f) {
+                    return "libuv pool".to_string();
+                }
             }
             // An addon's own thread: the first function from a library
             // that is not the runtime's.
@@ -198,7 +200,7 @@ mod tests {
             native("start_thread", 0),
             native("main", 0),
             native("uv__thread_start", 0),
-            native("worker", 0),
+            native("worker", 0), // libuv's pool, under an inlined uv__thread_start in release builds
             native("node::(anonymous namespace)::PlatformWorkerThread(void*)", 0),
             native("node::worker::Worker::Run()", 0),
             native("foo_thread_main", 2),

@@ -6,7 +6,8 @@
 //! a page opens at its top: the roots and the widest frames are on the
 //! first screen however deep the stacks are (a bottom-up graph of deep
 //! Node stacks puts them 2,000 px below). Both files are self-contained:
-//! no network, no external files. See docs/design/flame-graph-page.md.
+//! no network, no external files. See
+//! docs/design/profiling-what-users-run.md.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;

@@ -6,7 +6,8 @@
 //! platform threads `PlatformWorkerThread`, a `worker_threads` Worker
 //! `node::worker::Worker::Run`. An addon's threads start in its own
 //! library. The CLI adds what only Node knows (which script a Worker runs,
-//! and its `threadId`) through `apply_known`.
+//! and its `threadId`) through `assign`. See
+//! docs/design/profiling-what-users-run.md.
 
 use super::{FunctionKind, ProfileData, Symbols};
 

@@ -37,6 +37,12 @@ export interface ExportOptions {
   threadPrefix?: boolean
   /** gzip a `.machprof` file (default true). */
   compress?: boolean
+  /**
+   * Which frames to show: `mixed` (default: everything), `js` (runtime
+   * internals folded into the calling JavaScript function, as
+   * `--cpu-prof` shows time; addons' native frames kept) or `native`.
+   */
+  view?: 'mixed' | 'js' | 'native'
 }
 
 /**
@@ -146,23 +152,36 @@ export interface ProcessedProfile {
   summary: ProfileSummary
   /** The format written to `job.output`, if any. */
   format?: string
+  /**
+   * The files written: `job.output` itself, or, for a profile of several
+   * processes in a format that holds one, `<stem>.<pid>.<ext>` for each
+   * process. Empty when there was nothing to draw (no samples; or, in a
+   * flame graph or collapsed stacks without `includeIdle`, only idle
+   * ones): no empty file is written.
+   */
+  outputs: Array<WrittenFile>
   /** One report per entry of `job.reports`. */
   reports: Array<ProfileReport>
   /**
    * What symbolization could not use (a corrupt symbol file, a broken
-   * source map), each once.
+   * source map), and JavaScript that could not be named, each once.
    */
   warnings: Array<string>
 }
 
 /**
- * Reads a `.machprof` file and, in one call, names its frames, writes it
- * in another format and computes reports: what `machsampler record`,
- * `report` and `convert` do with a profile, without moving it through
- * JavaScript. `job.symbolicate` names the frames when the profile has no
- * names yet, from the module files if they are still there and from the
- * symbol path (names that cannot be found stay addresses; V8's perf map
- * is read only for a profile recorded on this platform). `job.output` is
+ * Reads a `.machprof` file, or several (one per process, as `machsampler
+ * record` leaves them when it followed child processes), and, in one
+ * call, names their frames, merges them, writes them in another format and
+ * computes reports: what `machsampler record`, `report` and `convert` do
+ * with a profile, without moving it through JavaScript.
+ *
+ * `job.symbolicate` names the frames when a profile has no names yet, from
+ * the module files if they are still there and from the symbol path (names
+ * that cannot be found stay addresses; V8's perf map is read only for a
+ * profile recorded on this platform), and finds each thread's role.
+ * `job.commands` gives each input's command line, `job.threadRoles` roles
+ * the caller knows (`{ [tid]: 'worker 1 (/app/w.js)' }`). `job.output` is
  * the file to write, `job.save` its export options (`format` included);
  * `job.reports` a list of report options; `job.symbols` the symbol path
  * options (see {@link symbolicate}), with which a profile from another
@@ -172,7 +191,18 @@ export interface ProcessedProfile {
  *   {@link profileReport} do; nothing is written unless every option is
  *   valid.
  */
-export declare function processProfileFile(input: string, job?: ProfileJob): ProcessedProfile
+export declare function processProfileFile(input: string | string[], job?: ProfileJob): ProcessedProfile
+
+/** One process of a profile, in a {@link ProfileSummary}. */
+export interface ProcessSummary {
+  pid: number
+  /** Its command line, or "" if unknown. */
+  command: string
+  /** Samples of its threads (weights counted), idle ones included. */
+  samples: number
+  /** Threads with at least one sample. */
+  threads: number
+}
 
 /** A recorded profile, as columnar typed arrays. */
 export interface Profile {
@@ -217,6 +247,10 @@ export interface ProfileJob {
   save?: ExportOptions
   /** Reports to compute. */
   reports?: Array<ReportOptions>
+  /** The command line of each input, for the summary. */
+  commands?: Array<string>
+  /** Roles the caller knows better than the entry frames, by tid. */
+  threadRoles?: Record<string, string>
 }
 
 /** Where a profile was recorded. */
@@ -270,7 +304,10 @@ export interface ProfileSummary {
   durationNs: number
   /** Sampling interval, nanoseconds. */
   intervalNs: number
-  /** Samples stored, idle ones included. */
+  /**
+   * Samples (weights counted: a row may stand for several), idle ones
+   * included.
+   */
   samples: number
   /** Of those, samples of idle threads. */
   idleSamples: number
@@ -281,6 +318,11 @@ export interface ProfileSummary {
   /** Whether the profile carries function names. */
   symbolicated: boolean
   stats: Stats
+  /**
+   * Every process of the profile (one unless `record` followed child
+   * processes).
+   */
+  processes: Array<JsProcessSummary>
 }
 
 /** A function in a {@link ProfileReport}. */
@@ -302,7 +344,10 @@ export interface ReportFunction {
 
 /** Options for {@link profileReport}. Every field is optional. */
 export interface ReportOptions {
-  /** Only threads with this name (all of them) or this tid. */
+  /**
+   * Only threads with this role (`main`, `worker`, `pool`, `libuv pool`,
+   * `V8 worker`, …), this name (all of them) or this tid.
+   */
   thread?: string | number
   /** Rows per table: an integer from 1 to 100000. Default 15. */
   top?: number
@@ -310,6 +355,8 @@ export interface ReportOptions {
   by?: 'self' | 'total'
   /** Count idle samples too (default false: where the CPU went). */
   includeIdle?: boolean
+  /** Which frames to count (see {@link ExportOptions.view}). */
+  view?: 'mixed' | 'js' | 'native'
 }
 
 /** A call path in a {@link ProfileReport}. */
@@ -323,6 +370,13 @@ export interface ReportPath {
 export interface ReportThread {
   tid: number
   name: string
+  /**
+   * What the thread runs (`main`, `libuv pool`, `worker 1 (/app/w.js)`,
+   * `V8 worker`, …), or "" if unknown.
+   */
+  role: string
+  /** The thread's process. */
+  pid: number
   isMain: boolean
   /** Every sample of the thread, idle included. */
   samples: number
@@ -635,4 +689,23 @@ export interface ThreadInfo {
   name: string
   /** True for the process's main thread. */
   isMain: boolean
+  /**
+   * What the thread runs (`main`, `libuv pool`, `worker 1 (/app/w.js)`,
+   * `V8 worker`, …), once a file's roles were found; "" if unknown.
+   */
+  role?: string
+  /**
+   * The thread's process: the profile's pid, or, for a profile of
+   * several processes (`machsampler record` following children), its own.
+   */
+  pid?: number
+  /** The command line of the thread's process, when known. */
+  command?: string
+}
+
+/** A file {@link processProfileFile} wrote. */
+export interface WrittenFile {
+  path: string
+  /** The process it holds, or 0 for all of the profile's processes. */
+  pid: number
 }

@@ -32,10 +32,12 @@ function warn(message) {
 }
 
 /**
- * With the CLI, only one process records: the first Node process of the
- * command to claim the session (a command may be a shell script or start
- * more Node processes; they inherit NODE_OPTIONS). The claim is an
- * exclusive create, so two processes cannot both win.
+ * With the CLI and --no-follow, only one process records: the first Node
+ * process of the command to claim the session (a command may be a shell
+ * script or start more Node processes; they inherit NODE_OPTIONS). The
+ * claim is an exclusive create, so two processes cannot both win. When
+ * following (the default), every process records into its own files, and
+ * the claim only tells `record` that sampling started.
  */
 function claim(sessionDir) {
   try {
@@ -46,18 +48,96 @@ function claim(sessionDir) {
   }
 }
 
+// ---- what only Node knows: which script each Worker runs -------------------
+// `record` names a worker thread `worker <threadId> (<script>)`. The main
+// thread logs each Worker's threadId and script; the worker thread logs its
+// threadId and OS thread id (Linux: /proc/thread-self). The CLI joins them.
+
+function threadLog(sessionDir) {
+  return path.join(sessionDir, `threads-${process.pid}.jsonl`)
+}
+
+function logLine(file, record) {
+  try {
+    fs.appendFileSync(file, JSON.stringify(record) + '\n')
+  } catch {
+    // Names are a convenience: the profile is what matters.
+  }
+}
+
+function osThreadId() {
+  try {
+    return Number(fs.readlinkSync('/proc/thread-self').split('/').pop()) || undefined
+  } catch {
+    return undefined // not Linux
+  }
+}
+
+function scriptOf(filename, options) {
+  if (options && options.eval) return '[eval]'
+  if (filename instanceof URL) filename = filename.href
+  const s = String(filename)
+  if (s.startsWith('file:')) return require('url').fileURLToPath(s)
+  if (/^[a-z]+:/i.test(s)) return s
+  return path.resolve(s)
+}
+
+function watchWorkers(sessionDir) {
+  const wt = require('worker_threads')
+  const Base = wt.Worker
+  const log = threadLog(sessionDir)
+  class Worker extends Base {
+    constructor(filename, options) {
+      super(filename, options)
+      logLine(log, { threadId: this.threadId, script: scriptOf(filename, options) })
+    }
+  }
+  wt.Worker = Worker
+}
+
+// ---- child processes ----------------------------------------------------------
+// Node children record themselves (they inherit NODE_OPTIONS); the others
+// are listed by `record` from this log, so a user sees what was not profiled.
+
+function watchChildren(sessionDir) {
+  const cp = require('child_process')
+  const log = path.join(sessionDir, `children-${process.pid}.jsonl`)
+  const spawn = cp.ChildProcess.prototype.spawn
+  cp.ChildProcess.prototype.spawn = function (options) {
+    const r = Reflect.apply(spawn, this, arguments)
+    if (this.pid) logLine(log, { pid: this.pid, command: (options && options.args ? options.args : [options && options.file]).join(' ') })
+    return r
+  }
+}
+
 function main() {
-  // Worker threads run preloads too. The sampler is process-wide already,
-  // and finds the workers' V8 isolates by itself.
-  if (!isMainThread) return
   const settings = env.readSettings(process.env)
   const { sessionDir } = settings
-  if (sessionDir && !claim(sessionDir)) return
+  // Worker threads run preloads too. The sampler is process-wide already,
+  // and finds the workers' V8 isolates by itself; a worker only says which
+  // OS thread it is.
+  if (!isMainThread) {
+    if (sessionDir) logLine(threadLog(sessionDir), { threadId: require('worker_threads').threadId, tid: osThreadId() })
+    return
+  }
+  if (sessionDir && !claim(sessionDir) && !settings.follow) return
   const output = sessionDir
-    ? path.join(sessionDir, 'raw.machprof')
+    ? path.join(sessionDir, settings.follow ? `raw-${process.pid}.machprof` : 'raw.machprof')
     : path.resolve(settings.output || `machsampler-${process.pid}.machprof`)
-  // The program's children must not inherit the preload.
-  env.restoreOriginal(process.env)
+  if (settings.follow) {
+    // Children keep the preload in NODE_OPTIONS: each records itself.
+    try {
+      const info = { pid: process.pid, ppid: process.ppid, argv: [process.argv0, ...process.execArgv, ...process.argv.slice(1)], startedMs: Date.now() }
+      fs.writeFileSync(path.join(sessionDir, `proc-${process.pid}.json`), JSON.stringify(info))
+    } catch {
+      // The CLI then lists the profile without its command line.
+    }
+    watchChildren(sessionDir)
+  } else {
+    // The program's children must not inherit the preload.
+    env.restoreOriginal(process.env)
+  }
+  if (sessionDir) watchWorkers(sessionDir)
 
   const ms = require('./index.js')
   const { durationS } = settings
@@ -76,7 +156,7 @@ function main() {
   }
 
   let statusTimer = null
-  const statusFile = sessionDir && path.join(sessionDir, 'status.json')
+  const statusFile = sessionDir && path.join(sessionDir, `status-${process.pid}.json`)
   function writeStatus(state) {
     try {
       fs.writeFileSync(statusFile, JSON.stringify({ state, samples: ms.stats().samplesCaptured }))

@@ -221,9 +221,11 @@ describe('flame graph', () => {
     const dom = h.chromium(`file://${file}`, ['--dump-dom'])
     const escaped = hottest.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
     expect(dom).toContain(escaped)
-    // The inline script ran: fluid drawing removes the fixed width.
-    expect(dom).toMatch(/<svg version="1.1" height="\d+" onload="init\(evt\)"/)
-    // Search restores from the URL (?s=); "Matched:" appears once it ran.
+    // The inline script ran: frames are drawn as elements, one thread
+    // picker entry per sampled thread plus "All threads".
+    expect(dom).toMatch(/<div class="f k[jnut]/)
+    expect(dom).toMatch(/<option value="-1">All threads/)
+    // Search restores from the URL (?s= or #s=); "Matched:" appears once it ran.
     const searched = h.chromium(`file://${file}?s=fibonacciOnMainThread`, ['--virtual-time-budget=3000', '--dump-dom'])
     expect(searched).toMatch(/Matched: [\d.]+%/)
   }, 120000)

@@ -31,10 +31,16 @@ ${formatsHelp()}
 const COMMANDS = {
   record: () => `Usage: machsampler record [options] -- <command> [args...]
 
-Runs <command>, a Node.js program (for example: node app.js), with the
-sampler preloaded through NODE_OPTIONS, and writes the profile when it
-exits: normally, by process.exit(), an uncaught exception, SIGINT, SIGTERM
-or SIGHUP. Prints a summary on stderr.
+Runs <command>, a Node.js program (for example: node app.js, npx tsc,
+npm run build), with the sampler preloaded through NODE_OPTIONS, and writes
+the profile when it exits: normally, by process.exit(), an uncaught
+exception, SIGINT, SIGTERM or SIGHUP. Prints a summary on stderr.
+
+Every Node.js process the command starts is profiled (npx, npm run, shell
+scripts, child_process fork/spawn/exec of node, and their children): they
+inherit the preload. .machprof and Firefox files hold all of them; other
+formats get one file per process, <stem>.<pid>.<ext>. Programs that are not
+Node.js are left alone and listed.
 
 Options:
   -o, --output <file>   the profile to write; its extension picks the format
@@ -52,6 +58,12 @@ Options:
       --perf-map        also name them from V8's perf map (adds
                         --perf-basic-prof-only-functions to the program)
       --idle            count idle samples in the summary and flame graphs
+      --no-follow       profile only the first Node.js process; its children
+                        do not inherit the preload
+      --view <name>     mixed (default): every frame; js: runtime internals
+                        (V8, Node, libc) folded into the calling JavaScript
+                        function, as --cpu-prof shows time, addons' native
+                        frames kept; native: native frames only
       --symbol-path <list>  symbol directories and symbol servers, separated
                         by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
                         Breakpad .sym files, ELF debug files, and https://
@@ -68,14 +80,21 @@ ${formatsHelp()}
 `,
   report: () => `Usage: machsampler report <profile.machprof> [options]
 
-Prints the threads, the hottest functions and the hottest call paths of a
-profile. Idle samples are left out unless --idle is given.
+Prints the threads (where the time went, per thread, first), the hottest
+functions and the hottest call paths of a profile, and what the profiler
+cost. Idle samples are left out unless --idle is given.
 
 Options:
-      --thread <name|tid>  only threads with this name (all of them) or tid
+      --thread <which>     only these threads: a role (main, worker, pool,
+                           'V8 worker', inspector, …), a name (all threads
+                           with it) or a tid, as the threads table shows them
       --top <n>            rows per table (default 15)
       --by <self|total>    sort functions by self or total samples (default self)
       --idle               count idle samples too
+      --view <name>        mixed (default): every frame; js: runtime internals
+                           (V8, Node, libc) folded into the calling JavaScript
+                           function, as --cpu-prof shows time, addons' native
+                           frames kept; native: native frames only
       --symbol-path <list>  symbol directories and symbol servers, separated
                         by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
                         Breakpad .sym files, ELF debug files, and https://
@@ -92,6 +111,10 @@ Options:
   -f, --format <name>   the format, whatever the extension
       --idle            keep idle samples in flame graphs and collapsed stacks
       --no-thread-prefix  merge threads in flame graphs and collapsed stacks
+      --view <name>     mixed (default): every frame; js: runtime internals
+                        (V8, Node, libc) folded into the calling JavaScript
+                        function, as --cpu-prof shows time, addons' native
+                        frames kept; native: native frames only
       --symbol-path <list>  symbol directories and symbol servers, separated
                         by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
                         Breakpad .sym files, ELF debug files, and https://

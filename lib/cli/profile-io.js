@@ -39,4 +39,12 @@ function extensionOf(format) {
   return f.extensions[0].replace(/^\./, '')
 }
 
-module.exports = { processFile, outputFormat, extensionOf, fromAddon }
+const VIEWS = ['mixed', 'js', 'native']
+
+/** --view: mixed (default), js or native. */
+function checkView(view) {
+  if (view === undefined || VIEWS.includes(view)) return view
+  throw new CliError(`--view must be one of ${VIEWS.join(', ')}, got '${view}'`, USAGE)
+}
+
+module.exports = { processFile, outputFormat, extensionOf, fromAddon, checkView }

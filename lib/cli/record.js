@@ -21,7 +21,8 @@ const addon = require('../addon.js')
 const env = require('../env.js')
 const { parse, number, CliError, USAGE } = require('./args')
 const { help } = require('./help')
-const { processFile, outputFormat, extensionOf } = require('./profile-io')
+const { processFile, outputFormat, extensionOf, checkView } = require('./profile-io')
+const follow = require('./follow')
 const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
 const text = require('./text')
 
@@ -45,6 +46,8 @@ const SPEC = {
   'no-jit-names': { type: 'boolean' },
   'perf-map': { type: 'boolean' },
   idle: { type: 'boolean' },
+  'no-follow': { type: 'boolean' },
+  view: { type: 'string' },
   quiet: { type: 'boolean', short: 'q' },
   'symbol-path': { type: 'string' },
 }
@@ -137,6 +140,7 @@ function parseRecordArgs(argv) {
   if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
     throw new CliError(`--duration must be a positive number of seconds, got '${values.duration}'`, USAGE)
   }
+  const view = checkView(values.view)
   const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`
   return {
@@ -152,6 +156,8 @@ function parseRecordArgs(argv) {
     jitNames: values['no-jit-names'] !== true,
     perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
     includeIdle: values.idle === true,
+    follow: values['no-follow'] !== true,
+    view,
     quiet: values.quiet === true,
     symbols: symbolOptions(values),
   }
@@ -167,6 +173,7 @@ function childEnv(opts, sessionDir, live) {
     durationS: opts.durationS,
     jsNames: opts.jitNames,
     live,
+    follow: opts.follow,
     nodeFlags: opts.perfMap ? PERF_MAP_FLAGS : [],
   })
 }
@@ -178,11 +185,14 @@ function liveLine(sessionDir) {
   const timer = setInterval(() => {
     const elapsed = Date.now() - started
     if (elapsed < LIVE_AFTER_MS) return
+    // Every recording process keeps a status file: add them up.
     let samples = null
-    try {
-      samples = JSON.parse(fs.readFileSync(path.join(sessionDir, 'status.json'), 'utf8')).samples
-    } catch {
-      // Not written yet, or caught mid-write: show the time alone.
+    for (const name of fs.readdirSync(sessionDir).filter((n) => /^status-\d+\.json$/.test(n))) {
+      try {
+        samples += JSON.parse(fs.readFileSync(path.join(sessionDir, name), 'utf8')).samples
+      } catch {
+        // Caught mid-write: counted next time.
+      }
     }
     const count = samples === null ? '' : `, ${text.int(samples)} samples`
     process.stderr.write(`\r\x1b[2Kmachsampler: recording ${(elapsed / 1000).toFixed(1)} s${count}`)
@@ -210,7 +220,7 @@ function signalsSeen(sessionDir, signal) {
 /** How long `record` waits for the program to show it got a signal itself. */
 const SIGNAL_WAIT_MS = 500
 
-function runChild(opts, env, sessionDir) {
+function runChild(opts, env, sessionDir, onPid = () => {}) {
   return new Promise((resolve, reject) => {
     let child
     try {
@@ -219,6 +229,7 @@ function runChild(opts, env, sessionDir) {
       reject(spawnError(opts.command, e))
       return
     }
+    onPid(child.pid)
     let exited = false
     // A signal sent to the whole process group (the terminal's Ctrl-C, a
     // supervisor's `kill -- -pgid`, `timeout`) reaches the program too;
@@ -296,17 +307,32 @@ function removePerfMap(opts, pid) {
   }
 }
 
-function summary(opts, result) {
-  const { summary: sum, format, reports } = result
+function summary(opts, result, session) {
+  const { summary: sum, reports } = result
   const lines = [`machsampler: recorded ${[opts.command, ...opts.args].join(' ')} (pid ${sum.pid})`]
   lines.push(...text.overview(sum))
-  lines.push(`  wrote     ${opts.output} (${format})`, '')
-  lines.push(...text.functionsTable(reports[0], 'self'), '')
-  lines.push(...text.functionsTable(reports[1], 'total'), '')
-  if (format !== 'machprof') {
+  lines.push(...follow.processLines(sum, session))
+  lines.push(...text.outputLines(result), '')
+  if (reports.length > 0) {
+    lines.push(...text.threadsTable(reports[0]), '')
+    lines.push(...text.functionsTable(reports[0], 'self'), '')
+    lines.push(...text.functionsTable(reports[1], 'total'), '')
+  }
+  lines.push(...text.costLines(sum))
+  if (result.format !== 'machprof') {
     lines.push(`Tip: record with -o <name>.machprof to keep a file that 'machsampler report' and 'convert' read.`)
   }
   return lines.join('\n') + '\n'
+}
+
+/** Nothing to draw: one line, no file, and a failing status. */
+function nothingRecorded(opts, result, status) {
+  const sum = result.summary
+  const what =
+    sum.samples === 0
+      ? `no samples: '${opts.command}' ran ${text.ms(sum.durationNs)}, less than one sampling interval (${text.ms(sum.intervalNs)}); try a smaller --interval`
+      : `only idle samples (the program waited the whole time); add --idle to draw them`
+  return new CliError(`${what}; nothing written to ${opts.output}`, status === 0 ? 1 : status)
 }
 
 async function record(argv) {
@@ -320,25 +346,30 @@ async function record(argv) {
     const live = process.stderr.isTTY === true
     const stopLive = live ? liveLine(sessionDir) : () => {}
     let status
+    let topPid
     try {
-      status = await runChild(opts, childEnv(opts, sessionDir, live), sessionDir)
+      status = await runChild(opts, childEnv(opts, sessionDir, live), sessionDir, (pid) => (topPid = pid))
     } finally {
       stopLive()
     }
-    const raw = path.join(sessionDir, 'raw.machprof')
-    if (!fs.existsSync(raw)) throw noProfile(opts, status, sessionDir)
-    const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle }))
+    // ---- which profiles there are (one, or one per Node process) ----------
+    const session = opts.follow ? await follow.collect(sessionDir, topPid) : follow.single(sessionDir)
+    if (session.raws.length === 0) throw noProfile(opts, status, sessionDir)
+    const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle, view: opts.view }))
     // The program has exited: now symbol files may be downloaded.
-    await fetchFor(raw, opts.symbols, { quiet: opts.quiet })
-    const result = processFile(raw, {
+    for (const raw of session.raws) await fetchFor(raw, opts.symbols, { quiet: opts.quiet })
+    const result = processFile(session.raws, {
       symbols: opts.symbols,
       output: opts.output,
-      save: { format: opts.format, includeIdle: opts.includeIdle },
+      save: { format: opts.format, includeIdle: opts.includeIdle, view: opts.view },
       reports: opts.quiet ? [] : reports,
+      commands: session.commands,
+      threadRoles: session.threadRoles,
     })
-    removePerfMap(opts, result.summary.pid)
+    for (const p of result.summary.processes) removePerfMap(opts, p.pid)
     printWarnings(result)
-    if (!opts.quiet) process.stderr.write(summary(opts, result))
+    if (result.outputs.length === 0) throw nothingRecorded(opts, result, status)
+    if (!opts.quiet) process.stderr.write(summary(opts, result, session))
     return status
   } finally {
     fs.rmSync(sessionDir, { recursive: true, force: true })

@@ -3,7 +3,7 @@
 
 const { parse, number, oneProfile, CliError, USAGE } = require('./args')
 const { help } = require('./help')
-const { processFile } = require('./profile-io')
+const { processFile, checkView } = require('./profile-io')
 const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
 const text = require('./text')
 
@@ -13,6 +13,7 @@ const SPEC = {
   top: { type: 'string' },
   by: { type: 'string' },
   idle: { type: 'boolean' },
+  view: { type: 'string' },
   'symbol-path': { type: 'string' },
 }
 
@@ -29,7 +30,13 @@ async function report(argv) {
   const { values, positionals } = parse(argv, SPEC, { command: 'report' })
   if (values.help) return help('report')
   const input = oneProfile('report', positionals)
-  const options = { thread: values.thread, top: number(values, 'top'), by: values.by, includeIdle: values.idle === true }
+  const options = {
+    thread: values.thread,
+    top: number(values, 'top'),
+    by: values.by,
+    includeIdle: values.idle === true,
+    view: checkView(values.view),
+  }
   checkReportOptions(options)
   for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k]
   const symbols = symbolOptions(values)
@@ -40,8 +47,9 @@ async function report(argv) {
   const [r] = reports
   const lines = [`machsampler report: ${input}`, ...text.overview(summary), '']
   lines.push(...text.threadsTable(r), '')
-  lines.push(...text.functionsTable(r, options.by, options.thread), '')
-  lines.push(...text.pathsTable(r))
+  lines.push(...text.functionsTable(r, options.by, options.thread, options.view), '')
+  lines.push(...text.pathsTable(r), '')
+  lines.push(...text.costLines(summary))
   process.stdout.write(lines.join('\n') + '\n')
   return 0
 }

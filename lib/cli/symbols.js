@@ -56,9 +56,25 @@ async function fetchFor(file, symbols, { quiet = false } = {}) {
   for (const line of describe(result)) process.stderr.write(`machsampler: ${line}\n`)
 }
 
-/** Symbolization warnings (a corrupt symbol file, a broken source map), once each. */
+/**
+ * Symbolization warnings (a corrupt symbol file, a broken source map), once
+ * each. Scripts that name a source map that is not there are common in
+ * published packages (npm's own): those are one line, not one per script.
+ */
 function printWarnings(result) {
-  for (const w of result.warnings || []) process.stderr.write(`machsampler: ${w}\n`)
+  const missing = []
+  for (const w of result.warnings || []) {
+    if (/^source map .*: No such file or directory/.test(w)) missing.push(w)
+    else process.stderr.write(`machsampler: ${w}\n`)
+  }
+  if (missing.length === 1) process.stderr.write(`machsampler: ${missing[0]}\n`)
+  else if (missing.length > 1) {
+    const first = /^source map (.*?): No such file/.exec(missing[0])[1]
+    process.stderr.write(
+      `machsampler: ${missing.length} scripts name source maps that are not there (first: ${first}); ` +
+        'their functions are shown at their compiled positions\n',
+    )
+  }
 }
 
 module.exports = { symbolOptions, fetchFor, printWarnings }

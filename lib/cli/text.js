@@ -32,17 +32,18 @@ function where(f) {
   return f.module
 }
 
-function scope(report, thread) {
+function scope(report, thread, view) {
   const what = report.idleLeftOut > 0 ? 'idle samples left out' : 'all samples'
   const threads = thread === undefined ? 'all threads' : `thread ${thread}`
-  return `${threads}; ${what}; 1 sample = ${ms(report.intervalNs)}`
+  const shown = view && view !== 'mixed' ? `; ${view} view` : ''
+  return `${threads}; ${what}${shown}; 1 sample = ${ms(report.intervalNs)}`
 }
 
 /** The hot-functions table, sorted as the report was. */
-function functionsTable(report, by, thread) {
+function functionsTable(report, by, thread, view) {
   const lines = []
   const title = by === 'total' ? 'total' : 'self'
-  lines.push(`Top ${report.functions.length} functions by ${title} samples (${scope(report, thread)}):`)
+  lines.push(`Top ${report.functions.length} functions by ${title} samples (${scope(report, thread, view)}):`)
   if (report.functions.length === 0) {
     lines.push('  (no samples)')
     return lines
@@ -84,13 +85,60 @@ function pathsTable(report) {
   return lines
 }
 
-function threadsTable(report) {
-  const lines = ['Threads (busiest first):', `  ${pad('tid', 8)} ${pad('samples', 9)} ${pad('idle', 9)}  name`]
-  for (const t of report.threads) {
-    const name = (t.name || 'thread') + (t.isMain ? ' (main)' : '')
-    lines.push(`  ${pad(t.tid, 8)} ${pad(int(t.samples), 9)} ${pad(int(t.idle), 9)}  ${name}`)
+/** Names an OS gives a thread that say nothing about it (roles.rs agrees). */
+const GENERIC = new Set(['', 'node', 'nodejs', 'electron', 'Electron', 'thread', 'MainThread'])
+
+/** A thread as a person reads it: its role, and its OS name if that says more. */
+function threadName(t) {
+  if (!t.role) return t.name || 'thread'
+  if (GENERIC.has(t.name) || t.name === t.role) return t.role
+  return `${t.name} [${t.role}]`
+}
+
+/**
+ * Per-thread totals, busiest first: where the time went before which
+ * functions. `report --thread` takes the role, the name or the tid shown.
+ */
+function threadsTable(report, { max = 20 } = {}) {
+  // Threads seen but never sampled (asleep the whole run) say nothing.
+  const threads = report.threads.filter((t) => t.samples > 0)
+  const running = threads.reduce((n, t) => n + t.samples - t.idle, 0)
+  const pids = new Set(threads.map((t) => t.pid))
+  const lines = [
+    'Threads (busiest first; --thread takes a role, a name or a tid):',
+    `  ${pad('tid', 8)} ${pad('running', 9)} ${pad('', 6)} ${pad('idle', 9)}  ${pids.size > 1 ? `${pad('pid', 7)}  ` : ''}thread`,
+  ]
+  for (const t of threads.slice(0, max)) {
+    const busy = t.samples - t.idle
+    lines.push(
+      `  ${pad(t.tid, 8)} ${pad(int(busy), 9)} ${pad(pct(busy, running), 6)} ${pad(int(t.idle), 9)}  ` +
+        `${pids.size > 1 ? `${pad(t.pid, 7)}  ` : ''}${threadName(t)}`,
+    )
   }
+  if (threads.length > max) lines.push(`  … and ${threads.length - max} more threads`)
   return lines
+}
+
+/** The files written, one line each. */
+function outputLines(result) {
+  return result.outputs.map((o) => `  wrote     ${o.path} (${result.format}${o.pid && result.outputs.length > 1 ? `, pid ${o.pid}` : ''})`)
+}
+
+/**
+ * What the profiler itself cost: the sampler thread's CPU time, and the
+ * time the sampled threads spent stopped for it (in its signal handler on
+ * Linux, suspended on macOS).
+ */
+function costLines(summary) {
+  const s = summary.stats
+  const seconds = summary.durationNs / 1e9
+  const core = seconds > 0 ? ` (${((100 * s.samplerCpuNs) / summary.durationNs).toFixed(1)}% of one core)` : ''
+  const rows = s.samplesCaptured || summary.samples
+  const each = rows > 0 ? `, ${(s.totalSuspendNs / rows / 1000).toFixed(1)} µs per sample` : ''
+  return [
+    `Profiler cost: sampler thread ${ms(s.samplerCpuNs)} CPU${core}; ` +
+      `sampled threads stopped ${ms(s.totalSuspendNs)} in all${each}.`,
+  ]
 }
 
 /** The header lines, from a profile summary: duration, samples, threads, drops. */
@@ -104,4 +152,4 @@ function overview(summary) {
   ]
 }
 
-module.exports = { overview, functionsTable, pathsTable, threadsTable, int, ms }
+module.exports = { overview, functionsTable, pathsTable, threadsTable, threadName, outputLines, costLines, int, ms }

@@ -83,7 +83,13 @@ fn parse_format(name: &str) -> JsResult<Format> {
     Format::parse(name).ok_or_else(|| einval(format!("unknown format '{name}'; formats are {}", Format::names())))
 }
 
-const EXPORT_KEYS: &str = "format, includeIdle, threadPrefix, compress";
+const EXPORT_KEYS: &str = "format, includeIdle, threadPrefix, compress, view";
+
+fn parse_view(v: &Unknown, what: &str) -> JsResult<crate::formats::View> {
+    let name = string(v, what)?;
+    crate::formats::View::parse(&name)
+        .ok_or_else(|| einval(format!("{what} must be one of {}, got '{name}'", crate::formats::View::NAMES)))
+}
 
 /// Export options; `format` is accepted only where the caller allows it.
 fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, ExportOptions)> {
@@ -96,6 +102,7 @@ fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, E
             "includeIdle" => opts.include_idle = boolean(&val, &what)?,
             "threadPrefix" => opts.thread_prefix = boolean(&val, &what)?,
             "compress" => opts.compress = boolean(&val, &what)?,
+            "view" => opts.view = parse_view(&val, &what)?,
             _ => return Err(einval(format!("unknown option '{key}'; valid options are {EXPORT_KEYS}"))),
         }
     }
@@ -135,6 +142,11 @@ pub struct JsExportOptions {
     pub thread_prefix: Option<bool>,
     /// gzip a `.machprof` file (default true).
     pub compress: Option<bool>,
+    /// Which frames to show: `mixed` (default: everything), `js` (runtime
+    /// internals folded into the calling JavaScript function, as
+    /// `--cpu-prof` shows time; addons' native frames kept) or `native`.
+    #[napi(ts_type = "'mixed' | 'js' | 'native'")]
+    pub view: Option<String>,
 }
 
 /// Writes a profile in a format, into a Buffer.
@@ -269,7 +281,8 @@ pub fn parse_format_name(name: Unknown) -> Result<String, &'static str> {
 #[allow(dead_code)]
 #[napi(object, js_name = "ReportOptions")]
 pub struct JsReportOptions {
-    /// Only threads with this name (all of them) or this tid.
+    /// Only threads with this role (`main`, `worker`, `pool`, `libuv pool`,
+    /// `V8 worker`, …), this name (all of them) or this tid.
     #[napi(ts_type = "string | number")]
     pub thread: Option<String>,
     /// Rows per table: an integer from 1 to 100000. Default 15.
@@ -279,6 +292,9 @@ pub struct JsReportOptions {
     pub by: Option<String>,
     /// Count idle samples too (default false: where the CPU went).
     pub include_idle: Option<bool>,
+    /// Which frames to count (see {@link ExportOptions.view}).
+    #[napi(ts_type = "'mixed' | 'js' | 'native'")]
+    pub view: Option<String>,
 }
 
 /// A thread in a {@link ProfileReport}.
@@ -286,6 +302,11 @@ pub struct JsReportOptions {
 pub struct JsReportThread {
     pub tid: f64,
     pub name: String,
+    /// What the thread runs (`main`, `libuv pool`, `worker 1 (/app/w.js)`,
+    /// `V8 worker`, …), or "" if unknown.
+    pub role: String,
+    /// The thread's process.
+    pub pid: u32,
     pub is_main: bool,
     /// Every sample of the thread, idle included.
     pub samples: f64,
@@ -338,7 +359,7 @@ pub struct JsProfileReport {
     pub paths: Vec<JsReportPath>,
 }
 
-const REPORT_KEYS: &str = "thread, top, by, includeIdle";
+const REPORT_KEYS: &str = "thread, top, by, includeIdle, view";
 
 /// Report options read from JS; `thread` owned, since `ReportOptions`
 /// borrows it.
@@ -347,12 +368,13 @@ struct ReportRequest {
     top: usize,
     by: SortBy,
     include_idle: bool,
+    view: crate::formats::View,
 }
 
 impl ReportRequest {
     fn parse(options: Unknown) -> JsResult<Self> {
         let d = ReportOptions::default();
-        let mut r = ReportRequest { thread: None, top: d.top, by: d.by, include_idle: d.include_idle };
+        let mut r = ReportRequest { thread: None, top: d.top, by: d.by, include_idle: d.include_idle, view: d.view };
         for (key, val) in entries(options, "options")? {
             let what = format!("options.{key}");
             match key.as_str() {
@@ -375,6 +397,7 @@ impl ReportRequest {
                         .ok_or_else(|| einval(format!("{what} must be 'self' or 'total', got '{by}'")))?;
                 }
                 "includeIdle" => r.include_idle = boolean(&val, &what)?,
+                "view" => r.view = parse_view(&val, &what)?,
                 _ => return Err(einval(format!("unknown option '{key}'; valid options are {REPORT_KEYS}"))),
             }
         }
@@ -387,6 +410,7 @@ impl ReportRequest {
             top: self.top,
             by: self.by,
             include_idle: self.include_idle,
+            view: self.view,
         };
         report::report(data, &opts).map(JsProfileReport::from).map_err(einval)
     }
@@ -405,6 +429,8 @@ impl From<report::Report> for JsProfileReport {
                 .map(|t| JsReportThread {
                     tid: t.tid as f64,
                     name: t.name,
+                    role: t.role,
+                    pid: t.pid,
                     is_main: t.is_main,
                     samples: t.samples as f64,
                     idle: t.idle as f64,
@@ -481,7 +507,8 @@ pub struct JsProfileSummary {
     pub duration_ns: f64,
     /// Sampling interval, nanoseconds.
     pub interval_ns: f64,
-    /// Samples stored, idle ones included.
+    /// Samples (weights counted: a row may stand for several), idle ones
+    /// included.
     pub samples: f64,
     /// Of those, samples of idle threads.
     pub idle_samples: f64,
@@ -493,6 +520,9 @@ pub struct JsProfileSummary {
     pub symbolicated: bool,
     #[napi(ts_type = "Stats")]
     pub stats: JsStats,
+    /// Every process of the profile (one unless `record` followed child
+    /// processes).
+    pub processes: Vec<JsProcessSummary>,
 }
 
 impl JsProfileSummary {
@@ -509,14 +539,55 @@ impl JsProfileSummary {
             pid: d.meta.pid,
             duration_ns: d.end_ns.saturating_sub(d.start_ns) as f64,
             interval_ns: d.interval_ns as f64,
-            samples: d.sample_count() as f64,
-            idle_samples: d.sample_idle.iter().filter(|&&i| i != 0).count() as f64,
+            samples: d.total_weight() as f64,
+            idle_samples: (0..d.sample_count()).filter(|&i| d.sample_idle[i] != 0).map(|i| d.weight(i)).sum::<u64>()
+                as f64,
             threads_sampled: sampled.iter().filter(|&&s| s).count() as u32,
             threads_seen: d.threads.len() as u32,
             symbolicated: d.symbols.is_some(),
             stats: JsStats::from(&d.stats),
+            processes: (0..d.process_count())
+                .map(|p| {
+                    let mut samples = 0u64;
+                    let mut threads = vec![false; d.threads.len()];
+                    for i in 0..d.sample_count() {
+                        let t = d.sample_thread[i] as usize;
+                        if d.process_of(t) == p {
+                            samples += d.weight(i);
+                            threads[t] = true;
+                        }
+                    }
+                    let info = d.processes.get(p);
+                    JsProcessSummary {
+                        pid: info.map_or(d.meta.pid, |i| i.pid),
+                        command: info.map_or(String::new(), |i| i.command.clone()),
+                        samples: samples as f64,
+                        threads: threads.iter().filter(|&&t| t).count() as u32,
+                    }
+                })
+                .collect(),
         }
     }
+}
+
+/// A file {@link processProfileFile} wrote.
+#[napi(object, js_name = "WrittenFile")]
+pub struct JsWrittenFile {
+    pub path: String,
+    /// The process it holds, or 0 for all of the profile's processes.
+    pub pid: u32,
+}
+
+/// One process of a profile, in a {@link ProfileSummary}.
+#[napi(object, js_name = "ProcessSummary")]
+pub struct JsProcessSummary {
+    pub pid: u32,
+    /// Its command line, or "" if unknown.
+    pub command: String,
+    /// Samples of its threads (weights counted), idle ones included.
+    pub samples: f64,
+    /// Threads with at least one sample.
+    pub threads: u32,
 }
 
 /// What {@link processProfileFile} did.
@@ -525,22 +596,60 @@ pub struct JsProcessedProfile {
     pub summary: JsProfileSummary,
     /// The format written to `job.output`, if any.
     pub format: Option<String>,
+    /// The files written: `job.output` itself, or, for a profile of several
+    /// processes in a format that holds one, `<stem>.<pid>.<ext>` for each
+    /// process. Empty when there was nothing to draw (no samples; or, in a
+    /// flame graph or collapsed stacks without `includeIdle`, only idle
+    /// ones): no empty file is written.
+    pub outputs: Vec<JsWrittenFile>,
     /// One report per entry of `job.reports`.
     pub reports: Vec<JsProfileReport>,
     /// What symbolization could not use (a corrupt symbol file, a broken
-    /// source map), each once.
+    /// source map), and JavaScript that could not be named, each once.
     pub warnings: Vec<String>,
 }
 
-const JOB_KEYS: &str = "symbolicate, symbols, output, save, reports";
+const JOB_KEYS: &str = "symbolicate, symbols, output, save, reports, commands, threadRoles";
 
-/// Reads a `.machprof` file and, in one call, names its frames, writes it
-/// in another format and computes reports: what `machsampler record`,
-/// `report` and `convert` do with a profile, without moving it through
-/// JavaScript. `job.symbolicate` names the frames when the profile has no
-/// names yet, from the module files if they are still there and from the
-/// symbol path (names that cannot be found stay addresses; V8's perf map
-/// is read only for a profile recorded on this platform). `job.output` is
+fn string_list(v: &Unknown, what: &str) -> JsResult<Vec<String>> {
+    if !v.is_array().unwrap_or(false) {
+        return Err(einval(format!("{what} must be an array of strings")));
+    }
+    // SAFETY: checked to be an array just above.
+    let list: Array = unsafe { v.cast() }.map_err(napi_fail)?;
+    (0..list.get_array_length().map_err(napi_fail)?)
+        .map(|i| string(&list.get_element::<Unknown>(i).map_err(napi_fail)?, &format!("{what}[{i}]")))
+        .collect()
+}
+
+/// `<stem>.<pid>.<ext>` for `path` written in `format`.
+fn per_process_path(path: &str, format: Format, pid: u32) -> String {
+    let lower = path.to_ascii_lowercase();
+    let ext = format.extensions_of().into_iter().find(|e| lower.ends_with(e));
+    match ext {
+        Some(e) => format!("{}.{pid}{}", &path[..path.len() - e.len()], &path[path.len() - e.len()..]),
+        None => format!("{path}.{pid}"),
+    }
+}
+
+/// Samples a file in `format` would draw (weights counted).
+fn drawable(data: &ProfileData, save: &SaveRequest) -> u64 {
+    let keep_idle = !save.format.is_aggregate() || save.options.include_idle;
+    (0..data.sample_count()).filter(|&i| keep_idle || data.sample_idle[i] == 0).map(|i| data.weight(i)).sum()
+}
+
+/// Reads a `.machprof` file, or several (one per process, as `machsampler
+/// record` leaves them when it followed child processes), and, in one
+/// call, names their frames, merges them, writes them in another format and
+/// computes reports: what `machsampler record`, `report` and `convert` do
+/// with a profile, without moving it through JavaScript.
+///
+/// `job.symbolicate` names the frames when a profile has no names yet, from
+/// the module files if they are still there and from the symbol path (names
+/// that cannot be found stay addresses; V8's perf map is read only for a
+/// profile recorded on this platform), and finds each thread's role.
+/// `job.commands` gives each input's command line, `job.threadRoles` roles
+/// the caller knows (`{ [tid]: 'worker 1 (/app/w.js)' }`). `job.output` is
 /// the file to write, `job.save` its export options (`format` included);
 /// `job.reports` a list of report options; `job.symbols` the symbol path
 /// options (see {@link symbolicate}), with which a profile from another
@@ -549,14 +658,22 @@ const JOB_KEYS: &str = "symbolicate, symbols, output, save, reports";
 /// @throws as {@link loadProfile}, {@link saveProfile} and
 ///   {@link profileReport} do; nothing is written unless every option is
 ///   valid.
-#[napi(ts_args_type = "input: string, job?: ProfileJob", ts_return_type = "ProcessedProfile")]
+#[napi(ts_args_type = "input: string | string[], job?: ProfileJob", ts_return_type = "ProcessedProfile")]
 pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedProfile, &'static str> {
-    let input = string(&input, "input")?;
+    let inputs = match input.is_array().unwrap_or(false) {
+        true => string_list(&input, "input")?,
+        false => vec![string(&input, "input")?],
+    };
+    if inputs.is_empty() {
+        return Err(einval("input must name at least one profile file"));
+    }
     let mut symbolicate = false;
     let mut output = None;
     let mut save = None;
     let mut reports = Vec::new();
     let mut symbol_options = None;
+    let mut commands = Vec::new();
+    let mut known_roles: Vec<(u64, String)> = Vec::new();
     for (key, val) in entries(job, "job")? {
         let what = format!("job.{key}");
         match key.as_str() {
@@ -564,6 +681,13 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
             "symbols" => symbol_options = Some(super::symbols::symbol_options(val, &what)?),
             "output" => output = Some(val),
             "save" => save = Some(val),
+            "commands" => commands = string_list(&val, &what)?,
+            "threadRoles" => {
+                for (tid, role) in entries(val, &what)? {
+                    let n: u64 = tid.parse().map_err(|_| einval(format!("{what} keys must be tids, got '{tid}'")))?;
+                    known_roles.push((n, string(&role, &format!("{what}.{tid}"))?));
+                }
+            }
             "reports" => {
                 if !val.is_array().unwrap_or(false) {
                     return Err(einval(format!("{what} must be an array of report options")));
@@ -582,29 +706,72 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
         (None, Some(_)) => return Err(einval("job.save needs job.output")),
         (None, None) => None,
     };
-    let mut data = read_machprof(&input)?;
+    let mut parts = Vec::with_capacity(inputs.len());
     let mut warnings = Vec::new();
-    if symbolicate && data.symbols.is_none() {
-        let mut options = match symbol_options {
-            Some(o) => o,
-            None => super::symbols::default_symbol_options()?,
-        };
-        // A perf map here belongs to a local process, not to a profile
-        // recorded on another platform that happens to have its pid.
-        if data.meta.platform != crate::profile::Meta::current().platform {
-            options.perf_map = Some(std::path::PathBuf::new());
+    for input in &inputs {
+        let mut data = read_machprof(input)?;
+        if symbolicate && data.symbols.is_none() {
+            let mut options = match &symbol_options {
+                Some(o) => o.clone(),
+                None => super::symbols::default_symbol_options()?,
+            };
+            // A perf map here belongs to a local process, not to a profile
+            // recorded on another platform that happens to have its pid.
+            if data.meta.platform != crate::profile::Meta::current().platform {
+                options.perf_map = Some(std::path::PathBuf::new());
+            }
+            let (symbols, w) = crate::symbols::symbolicate_with_warnings(&data, &options);
+            data.symbols = Some(symbols);
+            for w in w {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
         }
-        let (symbols, w) = crate::symbols::symbolicate_with_warnings(&data, &options);
-        data.symbols = Some(symbols);
-        warnings = w;
+        if symbolicate && (data.thread_roles.is_empty() || !known_roles.is_empty()) {
+            let names = crate::formats::names::resolve(&data).into_owned();
+            crate::profile::roles::assign(&mut data, &names, &known_roles);
+        }
+        parts.push(data);
     }
+    let data = if parts.len() == 1 {
+        let mut d = parts.pop().unwrap_or_default();
+        if let (true, Some(c)) = (d.processes.is_empty(), commands.first()) {
+            d.processes = vec![crate::profile::ProcessInfo { pid: d.meta.pid, command: c.clone() }];
+        }
+        d
+    } else {
+        crate::profile::merge::merge(parts, &commands).map_err(einval)?
+    };
+    if symbolicate {
+        warnings.extend(crate::formats::warnings::unnamed_js(&data));
+    }
+    let mut outputs = Vec::new();
     if let Some(s) = &save {
-        s.write(&data)?;
+        let holds_many = matches!(s.format, Format::Machprof | Format::Firefox);
+        if data.process_count() > 1 && !holds_many {
+            for p in 0..data.process_count() {
+                let one = crate::profile::merge::split(&data, p);
+                if drawable(&one, s) == 0 {
+                    continue;
+                }
+                let path = per_process_path(&s.path, s.format, one.meta.pid);
+                SaveRequest { path: path.clone(), format: s.format, options: s.options.clone() }.write(&one)?;
+                outputs.push(JsWrittenFile { path, pid: one.meta.pid });
+            }
+        } else if drawable(&data, s) > 0 {
+            s.write(&data)?;
+            outputs.push(JsWrittenFile {
+                path: s.path.clone(),
+                pid: if data.process_count() > 1 { 0 } else { data.meta.pid },
+            });
+        }
     }
     let reports = reports.iter().map(|r| r.run(&data)).collect::<JsResult<Vec<_>>>()?;
     Ok(JsProcessedProfile {
         summary: JsProfileSummary::of(&data),
         format: save.map(|s| s.format.name().to_string()),
+        outputs,
         reports,
         warnings,
     })
@@ -626,6 +793,11 @@ pub struct JsProfileJob {
     pub save: Option<JsExportOptions>,
     /// Reports to compute.
     pub reports: Option<Vec<JsReportOptions>>,
+    /// The command line of each input, for the summary.
+    pub commands: Option<Vec<String>>,
+    /// Roles the caller knows better than the entry frames, by tid.
+    #[napi(ts_type = "Record<string, string>")]
+    pub thread_roles: Option<std::collections::HashMap<String, String>>,
 }
 
 /// Checks start options exactly as {@link start} does, without starting:

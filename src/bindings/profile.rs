@@ -27,6 +27,14 @@ pub struct JsThreadInfo {
     pub name: String,
     /// True for the process's main thread.
     pub is_main: bool,
+    /// What the thread runs (`main`, `libuv pool`, `worker 1 (/app/w.js)`,
+    /// `V8 worker`, …), once a file's roles were found; "" if unknown.
+    pub role: Option<String>,
+    /// The thread's process: the profile's pid, or, for a profile of
+    /// several processes (`machsampler record` following children), its own.
+    pub pid: Option<u32>,
+    /// The command line of the thread's process, when known.
+    pub command: Option<String>,
 }
 
 /// One column per sample field; index `i` of each is sample `i`.
@@ -177,7 +185,15 @@ impl<'env> JsProfile<'env> {
             threads: d
                 .threads
                 .iter()
-                .map(|t| JsThreadInfo { tid: t.tid as f64, name: t.name.clone(), is_main: t.is_main })
+                .enumerate()
+                .map(|(i, t)| JsThreadInfo {
+                    tid: t.tid as f64,
+                    name: t.name.clone(),
+                    is_main: t.is_main,
+                    role: (!d.thread_roles.is_empty()).then(|| d.role(i).to_string()),
+                    pid: Some(d.pid_of(i)),
+                    command: d.processes.get(d.process_of(i)).map(|p| p.command.clone()),
+                })
                 .collect(),
             samples: JsSampleTable {
                 thread: Uint32ArraySlice::copy_from(env, &d.sample_thread)?,
@@ -368,7 +384,8 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
     let samples = object_at(&obj, "samples", p)?;
     let stacks = object_at(&obj, "stacks", p)?;
     let frames = object_at(&obj, "frames", p)?;
-    let threads = array_of(&obj, "threads", p)?
+    let thread_objects = array_of(&obj, "threads", p)?;
+    let threads = thread_objects
         .iter()
         .enumerate()
         .map(|(i, t)| {
@@ -405,6 +422,24 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         _ => return Err(einval("profile.symbols must be an object or undefined")),
     };
     let stats = stats_from_js(&object_at(&obj, "stats", p)?)?;
+    // Roles and processes, when the threads carry them.
+    let optional = |t: &Object, key: &str| -> JsResult<Option<Unknown>> {
+        let v: Unknown = t.get_named_property(key).map_err(napi_fail)?;
+        Ok((v.get_type().map_err(napi_fail)? != ValueType::Undefined).then_some(v))
+    };
+    let mut thread_roles = Vec::new();
+    let mut thread_pids = Vec::new();
+    let mut commands = Vec::new();
+    for (i, t) in thread_objects.iter().enumerate() {
+        let tp = format!("profile.threads[{i}]");
+        if optional(t, "role")?.is_some() {
+            thread_roles.push(string(t, "role", &tp)?);
+        }
+        if optional(t, "pid")?.is_some() {
+            thread_pids.push(number(t, "pid", &tp)? as u32);
+        }
+        commands.push(if optional(t, "command")?.is_some() { string(t, "command", &tp)? } else { String::new() });
+    }
     let mut data = ProfileData {
         meta: Meta {
             platform: string(&meta, "platform", "profile.meta")?,
@@ -432,9 +467,25 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         stats,
         symbols,
         js_names: optional_string_array(&obj, "jsNames", p)?,
+        ..Default::default()
     };
     if data.sample_weight.is_empty() {
         data.sample_weight = vec![1; data.sample_thread.len()];
+    }
+    if thread_roles.len() == data.threads.len() {
+        data.thread_roles = thread_roles;
+    }
+    if thread_pids.len() == data.threads.len() && thread_pids.iter().any(|&p| p != data.meta.pid) {
+        for (t, &pid) in thread_pids.iter().enumerate() {
+            let k = match data.processes.iter().position(|p| p.pid == pid) {
+                Some(k) => k,
+                None => {
+                    data.processes.push(crate::profile::ProcessInfo { pid, command: commands[t].clone() });
+                    data.processes.len() - 1
+                }
+            };
+            data.thread_process.push(k as u32);
+        }
     }
     data.validate().map_err(|e| einval(format!("profile is inconsistent: {e}")))?;
     Ok(data)

@@ -4,8 +4,12 @@
 //! the one with the most samples).
 //!
 //! Nodes are the call tree by function under a `(root)` node; `samples` and
-//! `timeDeltas` (microseconds) give the timeline. Idle samples are kept with
-//! their stack: DevTools shows them as time spent where the thread waited.
+//! `timeDeltas` (microseconds) give the timeline, one entry per sampling
+//! interval (a row of weight n is n entries). Idle samples go to an
+//! `(idle)` node under the root, as `--cpu-prof` records them, so DevTools
+//! shows idle time as idle rather than as time in `epoll_wait`. Locations
+//! are 0-based as in the protocol: `lineNumber` and `columnNumber` of a
+//! JavaScript function where it starts, -1 when unknown.
 
 use serde::Serialize;
 
@@ -77,9 +81,14 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     let mut id = vec![0u32; tree.len()];
     let mut order = Vec::new(); // call-tree nodes in id order
     let mut hits = vec![0u64; tree.len()];
+    let mut idle_hits = 0u64;
     for &i in &indices {
+        if profile.sample_idle[i] != 0 {
+            idle_hits += profile.weight(i);
+            continue;
+        }
         let leaf = tree.of_stack[profile.sample_stack[i] as usize];
-        hits[leaf as usize] += 1;
+        hits[leaf as usize] += profile.weight(i);
         for n in tree.path(leaf) {
             if id[n as usize] == 0 {
                 order.push(n);
@@ -113,7 +122,7 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
                     script_id: "0".into(),
                     url,
                     line_number: f.line as i64 - 1, // 0-based; -1 if unknown
-                    column_number: -1,
+                    column_number: f.column() as i64 - 1,
                 },
                 hit_count: hits[n as usize],
                 children: Vec::new(),
@@ -127,24 +136,46 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
             p => nodes[id[p as usize] as usize - 2].children.push(child),
         }
     }
+    let idle_id = nodes.len() as u32 + 2;
+    if idle_hits > 0 {
+        root.children.push(idle_id);
+        nodes.push(Node {
+            id: idle_id,
+            call_frame: CallFrame {
+                function_name: "(idle)".into(),
+                script_id: "0".into(),
+                url: String::new(),
+                line_number: -1,
+                column_number: -1,
+            },
+            hit_count: idle_hits,
+            children: Vec::new(),
+        });
+    }
     nodes.insert(0, root);
 
+    // One entry per interval: a row of weight n at time t stands for the
+    // intervals t, t + interval, …, kept before the next row's time.
     let us = |ns: u64| ns / 1000;
     let start_time = us(profile.start_ns);
     let mut last = start_time as i64;
+    let mut samples = Vec::with_capacity(indices.len());
     let mut time_deltas = Vec::with_capacity(indices.len());
-    for &i in &indices {
-        let t = us(profile.sample_time_ns[i]) as i64;
-        time_deltas.push(t - last);
-        last = t;
+    for (k, &i) in indices.iter().enumerate() {
+        let node = match profile.sample_idle[i] {
+            0 => id[tree.of_stack[profile.sample_stack[i] as usize] as usize],
+            _ => idle_id,
+        };
+        let next = indices.get(k + 1).map_or(u64::MAX, |&j| profile.sample_time_ns[j]);
+        for r in 0..profile.weight(i) {
+            let at = profile.sample_time_ns[i].saturating_add(r * profile.interval_ns).min(next);
+            let t = (us(at) as i64).max(last);
+            samples.push(node);
+            time_deltas.push(t - last);
+            last = t;
+        }
     }
-    let out = CpuProfile {
-        nodes,
-        start_time,
-        end_time: us(profile.end_ns).max(last as u64),
-        samples: indices.iter().map(|&i| id[tree.of_stack[profile.sample_stack[i] as usize] as usize]).collect(),
-        time_deltas,
-    };
+    let out = CpuProfile { nodes, start_time, end_time: us(profile.end_ns).max(last as u64), samples, time_deltas };
     // Serializing plain data into a Vec cannot fail.
     serde_json::to_vec(&out).unwrap_or_default()
 }
@@ -170,6 +201,33 @@ mod tests {
         assert_eq!(v["timeDeltas"], serde_json::json!([1, 1]));
         assert_eq!(v["startTime"], 0);
         assert_eq!(v["endTime"], 3);
+    }
+
+    #[test]
+    fn idle_goes_to_an_idle_node_and_weights_repeat_samples() {
+        let mut p = sample_profile();
+        p.sample_idle = vec![0, 1, 0, 0];
+        p.sample_weight = vec![1, 3, 1, 1];
+        let s = p.symbols.as_mut().unwrap();
+        s.functions[2] = crate::profile::Function {
+            name: "b (/app/x.js:30:7)".into(),
+            module: -1,
+            file: "/app/x.js".into(),
+            line: 30,
+            kind: crate::profile::FunctionKind::Js,
+        };
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let nodes = v["nodes"].as_array().unwrap();
+        let idle = nodes.iter().find(|n| n["callFrame"]["functionName"] == "(idle)").unwrap();
+        assert_eq!(idle["hitCount"], 3);
+        assert!(nodes[0]["children"].as_array().unwrap().contains(&idle["id"]));
+        let b = nodes.iter().find(|n| n["callFrame"]["functionName"] == "b (/app/x.js:30:7)").unwrap();
+        assert_eq!(
+            (b["callFrame"]["lineNumber"].as_i64(), b["callFrame"]["columnNumber"].as_i64()),
+            (Some(29), Some(6))
+        );
+        assert_eq!(v["samples"].as_array().unwrap().len(), 4, "one per interval");
+        assert_eq!(v["samples"][1], idle["id"]);
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! by `fxprof-processed-profile`, the crate samply uses, so the output
 //! follows the format version the Profiler loads.
 //!
-//! One process, one thread per sampled thread, each sample with its CPU
-//! delta (the Profiler draws CPU usage from it; idle samples have none).
+//! One process per process of the profile (several when `record` followed
+//! child processes), one thread per sampled thread, each sample with its
+//! CPU delta (the Profiler draws CPU usage from it; idle samples have
+//! none). An idle sample's leaf frame is in the `Idle` category, which the
+//! Profiler shows as idle rather than running.
 //! Frames are labels carrying the resolved names; JS functions are flagged
 //! so the Profiler's "JavaScript only" call tree works, and categories
 //! colour JS, native and unresolved frames apart.
@@ -20,20 +23,23 @@ use crate::profile::{FunctionKind, ProfileData, Symbols};
 /// Per-thread interning: fxprof handles belong to one thread.
 struct ThreadCtx {
     handle: ThreadHandle,
-    frames: FxHashMap<u32, FrameHandle>,
+    /// By (function, idle).
+    frames: FxHashMap<(u32, bool), FrameHandle>,
     stacks: FxHashMap<u32, StackHandle>,
+    idle_stacks: FxHashMap<u32, StackHandle>,
 }
 
 struct Writer<'a> {
     profile: &'a ProfileData,
     symbols: &'a Symbols,
     fx: Profile,
-    categories: [CategoryHandle; 3],
+    /// JavaScript, Native, Unresolved, Idle.
+    categories: [CategoryHandle; 4],
 }
 
 impl Writer<'_> {
-    fn frame(&mut self, ctx: &mut ThreadCtx, func: u32) -> FrameHandle {
-        if let Some(&h) = ctx.frames.get(&func) {
+    fn frame(&mut self, ctx: &mut ThreadCtx, func: u32, idle: bool) -> FrameHandle {
+        if let Some(&h) = ctx.frames.get(&(func, idle)) {
             return h;
         }
         let f = &self.symbols.functions[func as usize];
@@ -42,11 +48,29 @@ impl Writer<'_> {
             FunctionKind::Native => (self.categories[1], FrameFlags::empty()),
             FunctionKind::Unknown => (self.categories[2], FrameFlags::empty()),
         };
+        let category = if idle { self.categories[3] } else { category };
         let label = self.fx.intern_string(&f.name);
         let h = self
             .fx
             .intern_frame(ctx.handle, FrameInfo { frame: Frame::Label(label), category_pair: category.into(), flags });
-        ctx.frames.insert(func, h);
+        ctx.frames.insert((func, idle), h);
+        h
+    }
+
+    /// The stack of an idle sample at `node`: the same frames, its leaf in
+    /// the Idle category.
+    fn idle_stack(&mut self, ctx: &mut ThreadCtx, node: u32) -> StackHandle {
+        if let Some(&h) = ctx.idle_stacks.get(&node) {
+            return h;
+        }
+        let parent = match self.profile.stack_parent[node as usize] {
+            p if p < 0 => None,
+            p => self.stack(ctx, p as u32),
+        };
+        let func = self.symbols.frame_function[self.profile.stack_frame[node as usize] as usize];
+        let frame = self.frame(ctx, func, true);
+        let h = self.fx.intern_stack(ctx.handle, parent, frame);
+        ctx.idle_stacks.insert(node, h);
         h
     }
 
@@ -66,7 +90,7 @@ impl Writer<'_> {
         }
         for &m in missing.iter().rev() {
             let func = self.symbols.frame_function[self.profile.stack_frame[m as usize] as usize];
-            let frame = self.frame(ctx, func);
+            let frame = self.frame(ctx, func, false);
             let h = self.fx.intern_stack(ctx.handle, parent, frame);
             ctx.stacks.insert(m, h);
             parent = Some(h);
@@ -88,13 +112,29 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         fx.add_category("JavaScript", CategoryColor::Yellow),
         fx.add_category("Native", CategoryColor::LightBlue),
         fx.add_category("Unresolved", CategoryColor::Gray),
+        fx.add_category("Idle", CategoryColor::Transparent),
     ];
     let at = |ns: u64| Timestamp::from_nanos_since_reference(ns.saturating_sub(profile.start_ns));
     // The Profiler names the main thread after its process: use the main
-    // thread's own name ("node", "electron", …) for both.
-    let process_name = profile.threads.iter().find(|t| t.is_main && !t.name.is_empty()).map_or("node", |t| &t.name);
-    let process = fx.add_process(process_name, profile.meta.pid, at(profile.start_ns));
-    fx.set_process_end_time(process, at(profile.end_ns));
+    // thread's own name ("node", "electron", …), and the command line when
+    // known.
+    let processes: Vec<_> = (0..profile.process_count())
+        .map(|p| {
+            let main = (0..profile.threads.len())
+                .find(|&t| {
+                    profile.process_of(t) == p && profile.threads[t].is_main && !profile.threads[t].name.is_empty()
+                })
+                .map_or("node", |t| profile.threads[t].name.as_str());
+            let info = profile.processes.get(p);
+            let name = match info {
+                Some(i) if !i.command.is_empty() => i.command.clone(),
+                _ => main.to_string(),
+            };
+            let process = fx.add_process(&name, info.map_or(profile.meta.pid, |i| i.pid), at(profile.start_ns));
+            fx.set_process_end_time(process, at(profile.end_ns));
+            process
+        })
+        .collect();
 
     let mut order: Vec<usize> = (0..profile.sample_count()).collect();
     order.sort_by_key(|&i| profile.sample_time_ns[i]);
@@ -108,14 +148,22 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     for (t, rec) in profile.threads.iter().enumerate() {
         // Threads without samples would be empty tracks; leave them out.
         threads.push(first_sample[t].map(|start| {
-            let handle = w.fx.add_thread(process, rec.tid as u32, at(start), rec.is_main);
-            w.fx.set_thread_name(handle, if rec.name.is_empty() { "thread" } else { &rec.name });
-            ThreadCtx { handle, frames: FxHashMap::default(), stacks: FxHashMap::default() }
+            let handle = w.fx.add_thread(processes[profile.process_of(t)], rec.tid as u32, at(start), rec.is_main);
+            w.fx.set_thread_name(handle, crate::profile::roles::display_name(profile, t));
+            ThreadCtx {
+                handle,
+                frames: FxHashMap::default(),
+                stacks: FxHashMap::default(),
+                idle_stacks: FxHashMap::default(),
+            }
         }));
     }
     for &i in &order {
         let Some(ctx) = threads[profile.sample_thread[i] as usize].as_mut() else { continue };
-        let stack = w.stack(ctx, profile.sample_stack[i]);
+        let stack = match profile.sample_idle[i] {
+            0 => w.stack(ctx, profile.sample_stack[i]),
+            _ => Some(w.idle_stack(ctx, profile.sample_stack[i])),
+        };
         let cpu = CpuDelta::from_nanos(profile.sample_cpu_delta_ns[i]);
         let weight = profile.weight(i).min(i32::MAX as u64) as i32;
         w.fx.add_sample(ctx.handle, at(profile.sample_time_ns[i]), stack, cpu, weight);
@@ -147,5 +195,29 @@ mod tests {
         for name in ["main", "a", "b"] {
             assert!(strings.contains(&name), "{name} missing from {strings:?}");
         }
+        // The worker's idle sample (its second) has a leaf in the Idle
+        // category; its running one does not.
+        let categories: Vec<&str> =
+            v["meta"]["categories"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let idle = categories.iter().position(|&c| c == "Idle").unwrap() as u64;
+        let t = &threads[1];
+        let stack_category = |k: usize| {
+            let s = t["samples"]["stack"][k].as_u64().unwrap() as usize;
+            let f = t["stackTable"]["frame"][s].as_u64().unwrap() as usize;
+            t["frameTable"]["category"][f].as_u64().unwrap()
+        };
+        assert_ne!(stack_category(0), idle);
+        assert_eq!(stack_category(1), idle);
+    }
+
+    #[test]
+    fn several_processes_in_one_file() {
+        let m =
+            crate::profile::merge::merge(vec![sample_profile(), sample_profile()], &["node a".into(), "node b".into()])
+                .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&export(&m)).unwrap();
+        let threads = v["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 4);
+        assert_eq!(threads[2]["processName"], "node b");
     }
 }

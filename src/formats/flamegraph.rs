@@ -1,13 +1,29 @@
-//! Flame graphs, drawn by inferno (the Rust port of flamegraph.pl) from the
-//! collapsed stacks. Its SVG carries its own script for click-to-zoom and
-//! search, so both the bare `.svg` and the `.html` page, which inlines that
-//! SVG, are self-contained: no network, no external files.
+//! Flame graphs. The `.svg` is drawn by inferno (the Rust port of
+//! flamegraph.pl) from the collapsed stacks, with its own script for zoom
+//! and search. The `.html` page is our own: the call trees as data and a
+//! small script (`flamegraph.js`) that draws them top-down, with a thread
+//! picker and a search that survives switching threads. Top-down because
+//! a page opens at its top: the roots and the widest frames are on the
+//! first screen however deep the stacks are (a bottom-up graph of deep
+//! Node stacks puts them 2,000 px below). Both files are self-contained:
+//! no network, no external files. See
+//! docs/design/profiling-what-users-run.md.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
 
 use super::collapsed;
+use super::names::{resolve, thread_label};
+use super::tree::{CallTree, SampleFilter};
 use super::ExportOptions;
-use crate::profile::ProfileData;
+use crate::profile::{FunctionKind, ProfileData};
+
+const SCRIPT: &str = include_str!("flamegraph.js");
 
 pub fn export(profile: &ProfileData, opts: &ExportOptions, html: bool) -> Result<Vec<u8>, String> {
+    if html {
+        return Ok(html_page(profile, opts));
+    }
     let lines = collapsed::lines(profile, opts);
     let title = title(profile, opts);
     let svg = if lines.is_empty() {
@@ -31,11 +47,168 @@ pub fn export(profile: &ProfileData, opts: &ExportOptions, html: bool) -> Result
             .map_err(|e| format!("flame graph: {e}"))?;
         svg
     };
-    if !html {
-        return Ok(svg);
-    }
-    Ok(html_page(&title, &svg))
+    Ok(svg)
 }
+
+#[derive(Serialize)]
+struct PageData {
+    title: String,
+    subtitle: String,
+    total: u64,
+    strings: Vec<String>,
+    /// Per string: `j` JavaScript, `n` native, `u` unresolved.
+    kinds: Vec<&'static str>,
+    threads: Vec<ThreadTree>,
+}
+
+/// One thread's call tree, parents first.
+#[derive(Serialize, Default)]
+struct ThreadTree {
+    label: String,
+    samples: u64,
+    name: Vec<u32>,
+    parent: Vec<i32>,
+    value: Vec<u64>,
+    #[serde(rename = "self")]
+    self_: Vec<u64>,
+}
+
+/// The call tree of every thread (or of all threads merged, without
+/// `thread_prefix`), busiest thread first.
+fn page_data(profile: &ProfileData, opts: &ExportOptions) -> PageData {
+    let symbols = resolve(profile);
+    let tree = CallTree::build(profile, &symbols);
+    let filter = SampleFilter { threads: None, include_idle: opts.include_idle };
+    let groups = if opts.thread_prefix { profile.threads.len() } else { 1 };
+    let mut counts: Vec<FxHashMap<u32, u64>> = vec![FxHashMap::default(); groups];
+    for i in 0..profile.sample_count() {
+        if filter.keeps(profile, i) {
+            let g = if opts.thread_prefix { profile.sample_thread[i] as usize } else { 0 };
+            *counts[g].entry(tree.of_stack[profile.sample_stack[i] as usize]).or_default() += profile.weight(i);
+        }
+    }
+    let mut strings: Vec<String> = Vec::new();
+    let mut kinds = Vec::new();
+    let mut string_of: FxHashMap<u32, u32> = FxHashMap::default();
+    let mut threads = Vec::new();
+    for (g, leaves) in counts.iter().enumerate() {
+        if leaves.is_empty() {
+            continue;
+        }
+        // Every node with samples and its callers, parents first (tree
+        // order is parents first already).
+        let mut local: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut members: Vec<u32> = Vec::new();
+        for &leaf in leaves.keys() {
+            for n in tree.path(leaf) {
+                local.entry(n).or_insert_with(|| {
+                    members.push(n);
+                    0
+                });
+            }
+        }
+        members.sort_unstable();
+        for (k, &n) in members.iter().enumerate() {
+            local.insert(n, k as u32);
+        }
+        let mut t = ThreadTree {
+            label: if opts.thread_prefix { thread_label(profile, g) } else { "all threads (merged)".into() },
+            ..Default::default()
+        };
+        for &n in &members {
+            let func = tree.func[n as usize];
+            let s = *string_of.entry(func).or_insert_with(|| {
+                let f = &symbols.functions[func as usize];
+                strings.push(f.name.clone());
+                kinds.push(match f.kind {
+                    FunctionKind::Js => "j",
+                    FunctionKind::Native => "n",
+                    FunctionKind::Unknown => "u",
+                });
+                strings.len() as u32 - 1
+            });
+            t.name.push(s);
+            t.parent.push(match tree.parent[n as usize] {
+                p if p < 0 => -1,
+                p => local[&(p as u32)] as i32,
+            });
+            let own = leaves.get(&n).copied().unwrap_or(0);
+            t.self_.push(own);
+            t.value.push(own);
+        }
+        for k in (0..members.len()).rev() {
+            let p = t.parent[k];
+            if p >= 0 {
+                t.value[p as usize] += t.value[k];
+            }
+        }
+        t.samples = leaves.values().sum();
+        threads.push(t);
+    }
+    threads.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.label.cmp(&b.label)));
+    PageData {
+        title: title(profile, opts),
+        subtitle: subtitle(opts),
+        total: threads.iter().map(|t| t.samples).sum(),
+        strings,
+        kinds,
+        threads,
+    }
+}
+
+/// The page: the data as JSON in a script element (`</` escaped so no
+/// name can end it), the script, and the controls.
+fn html_page(profile: &ProfileData, opts: &ExportOptions) -> Vec<u8> {
+    let data = page_data(profile, opts);
+    let json = serde_json::to_string(&data)
+        .unwrap_or_default()
+        .replace("</", "<\\/")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
+    let mut out = String::with_capacity(json.len() + SCRIPT.len() + 4096);
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    out.push_str("<meta name=\"generator\" content=\"machsampler\">\n<title>");
+    out.push_str(&escape(&data.title));
+    out.push_str("</title>\n<style>\n");
+    out.push_str(STYLE);
+    out.push_str("</style>\n</head>\n<body>\n<header>\n<h1>");
+    out.push_str(&escape(&data.title));
+    out.push_str("</h1>\n<p class=\"sub\">");
+    out.push_str(&escape(&data.subtitle));
+    out.push_str(
+        ". Roots at the top, callees below; width is samples. Click a frame to zoom, \
+         Ctrl-F searches.</p>\n<div class=\"bar\"><label>Thread <select id=\"thread\"></select></label>\n\
+         <input id=\"search\" type=\"search\" placeholder=\"Search functions\" size=\"32\">\n\
+         <button id=\"reset\" type=\"button\">Reset zoom</button>\n<span id=\"matched\"></span></div>\n\
+         <p id=\"details\">&nbsp;</p>\n</header>\n<main id=\"graph\"></main>\n",
+    );
+    if data.threads.is_empty() {
+        out.push_str("<p class=\"empty\">No samples to draw.</p>\n");
+    }
+    out.push_str("<script type=\"application/json\" id=\"data\">");
+    out.push_str(&json);
+    out.push_str("</script>\n<script>\n");
+    out.push_str(SCRIPT);
+    out.push_str("</script>\n</body>\n</html>\n");
+    out.into_bytes()
+}
+
+const STYLE: &str = "html, body { margin: 0; background: #fff; font: 12px Verdana, sans-serif; color: #222; }
+header { position: sticky; top: 0; z-index: 2; background: #fff; padding: 6px 10px 2px; border-bottom: 1px solid #ddd; }
+h1 { font-size: 15px; margin: 0 0 2px; }
+p.sub, #details { margin: 2px 0; color: #555; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.bar { display: flex; gap: 10px; align-items: center; margin: 4px 0; }
+select { max-width: 520px; }
+#matched { color: #a00; font-weight: bold; }
+main { position: relative; margin: 4px 10px 20px; }
+.f { position: absolute; height: 17px; line-height: 17px; padding: 0 3px; box-sizing: border-box; overflow: hidden;
+  white-space: nowrap; text-overflow: ellipsis; cursor: pointer; border-radius: 2px; font-size: 11px; color: #000; }
+.f:hover { outline: 1px solid #000; }
+.kj { background: #f2d46b; } .kn { background: #f59f6b; } .ku { background: #c8c8c8; } .kt { background: #b6d7f5; }
+.anc { opacity: 0.6; }
+.hit { background: #e040fb !important; color: #fff; }
+.empty { margin: 20px; font-size: 14px; }
+";
 
 fn title(profile: &ProfileData, opts: &ExportOptions) -> String {
     let threads = profile.threads.len();
@@ -75,29 +248,6 @@ fn empty_svg(title: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The SVG inlined in an HTML page. The XML declaration and doctype are
-/// dropped (an HTML parser would show them as text); the rest of inferno's
-/// SVG, script included, works unchanged inside HTML.
-fn html_page(title: &str, svg: &[u8]) -> Vec<u8> {
-    let svg = String::from_utf8_lossy(svg);
-    let body = svg.find("<svg").map(|i| &svg[i..]).unwrap_or(&svg);
-    let mut out = String::with_capacity(body.len() + 1024);
-    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-    out.push_str("<meta name=\"generator\" content=\"machsampler\">\n<title>");
-    out.push_str(&escape(title));
-    out.push_str("</title>\n<style>\n");
-    out.push_str("html, body { margin: 0; background: #fff; }\n");
-    out.push_str("p.help { margin: 4px 10px; font: 12px Verdana, sans-serif; color: #555; }\n");
-    out.push_str("svg { display: block; width: 100%; }\n</style>\n</head>\n<body>\n");
-    out.push_str(
-        "<p class=\"help\">Click a frame to zoom in, \"Reset Zoom\" to go back; \
-         \"Search\" (or Ctrl-F) highlights matching functions.</p>\n",
-    );
-    out.push_str(body);
-    out.push_str("\n</body>\n</html>\n");
-    out.into_bytes()
-}
-
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
@@ -108,22 +258,40 @@ mod tests {
     use crate::profile::tests::sample_profile;
 
     #[test]
-    fn svg_and_html_hold_every_function() {
+    fn svg_holds_every_function() {
         let p = sample_profile();
         let svg = String::from_utf8(export(&p, &ExportOptions::default(), false).unwrap()).unwrap();
         assert!(svg.starts_with("<?xml"));
         for name in ["main (100)", "worker (101)", "b", "c"] {
             assert!(svg.contains(&format!("<title>{name} (")), "{name} missing");
         }
-        let html = String::from_utf8(export(&p, &ExportOptions::default(), true).unwrap()).unwrap();
-        assert!(html.starts_with("<!DOCTYPE html>"));
-        assert!(!html.contains("<?xml"));
-        assert!(html.contains("function init(evt)"), "the zoom/search script is inline");
-        assert!(!html.contains("src=\"http"), "nothing is loaded from the network");
     }
 
     #[test]
-    fn empty_profiles_draw_an_empty_graph() {
+    fn html_page_holds_per_thread_trees_and_its_script() {
+        let p = sample_profile();
+        let html = String::from_utf8(export(&p, &ExportOptions::default(), true).unwrap()).unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(!html.contains("src=\"http"), "nothing is loaded from the network");
+        assert!(html.contains("id=\"thread\""), "a thread picker");
+        let start = html.find("id=\"data\">").unwrap() + 10;
+        let end = start + html[start..].find("</script>").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+        assert_eq!(v["total"], 3);
+        // Busiest thread first: main (2 running samples), then the worker.
+        assert_eq!(v["threads"][0]["label"], "main (100)");
+        assert_eq!(v["threads"][0]["value"], serde_json::json!([2, 2, 2]));
+        assert_eq!(v["threads"][0]["parent"], serde_json::json!([-1, 0, 1]));
+        assert_eq!(v["threads"][1]["label"], "worker (101)");
+        // Names cannot end the data's script element.
+        let mut p = sample_profile();
+        p.symbols.as_mut().unwrap().functions[2].name = "</script><b>x".into();
+        let html = String::from_utf8(export(&p, &ExportOptions::default(), true).unwrap()).unwrap();
+        assert!(!html.contains("</script><b>"));
+    }
+
+    #[test]
+    fn empty_profiles_say_so() {
         let mut p = sample_profile();
         p.sample_idle = vec![1; 4];
         let html = String::from_utf8(export(&p, &ExportOptions::default(), true).unwrap()).unwrap();

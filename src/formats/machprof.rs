@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::profile::StatsSnapshot;
 use crate::profile::ThreadRecord;
-use crate::profile::{stat_key, Function, FunctionKind, Meta, Module, ProfileData, Symbols};
+use crate::profile::{stat_key, Function, FunctionKind, Meta, Module, ProcessInfo, ProfileData, Symbols};
 
 pub const MAGIC: &[u8; 8] = b"MACHPROF";
 pub const VERSION: u32 = 2;
@@ -67,7 +67,16 @@ struct Header {
     /// Names of the JavaScript frames (addresses with the top bit set).
     #[serde(default)]
     js_names: Vec<String>,
+    /// The processes, when the profile holds several (see `ProcessInfo`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    processes: Vec<ProcessJson>,
     columns: Vec<Column>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProcessJson {
+    pid: u32,
+    command: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -83,6 +92,12 @@ struct ThreadJson {
     tid: u64,
     name: String,
     is_main: bool,
+    /// Index into `processes` (absent: the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    process: Option<u32>,
+    /// What the thread runs (absent: not computed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    role: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -196,7 +211,14 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
         threads: profile
             .threads
             .iter()
-            .map(|t| ThreadJson { tid: t.tid, name: t.name.clone(), is_main: t.is_main })
+            .enumerate()
+            .map(|(i, t)| ThreadJson {
+                tid: t.tid,
+                name: t.name.clone(),
+                is_main: t.is_main,
+                process: profile.thread_process.get(i).copied(),
+                role: profile.thread_roles.get(i).cloned(),
+            })
             .collect(),
         modules: profile
             .modules
@@ -227,6 +249,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
                 .collect()
         }),
         js_names: profile.js_names.clone(),
+        processes: profile.processes.iter().map(|p| ProcessJson { pid: p.pid, command: p.command.clone() }).collect(),
         columns: COLUMNS[..ncols]
             .iter()
             .zip(lens)
@@ -399,9 +422,22 @@ fn parse_payload(payload: &[u8], version: u32) -> Result<ProfileData, String> {
     for (k, v) in stats.fields_mut() {
         *v = h.stats.get(&stat_key(k)).copied().unwrap_or(0);
     }
+    let thread_process = if h.threads.iter().any(|t| t.process.is_some()) {
+        h.threads.iter().map(|t| t.process.unwrap_or(0)).collect()
+    } else {
+        Vec::new()
+    };
+    let thread_roles = if h.threads.iter().any(|t| t.role.is_some()) {
+        h.threads.iter().map(|t| t.role.clone().unwrap_or_default()).collect()
+    } else {
+        Vec::new()
+    };
     let profile = ProfileData {
         meta: Meta { platform: h.meta.platform, arch: h.meta.arch, pid: h.meta.pid },
         threads: h.threads.into_iter().map(|t| ThreadRecord { tid: t.tid, name: t.name, is_main: t.is_main }).collect(),
+        processes: h.processes.into_iter().map(|p| ProcessInfo { pid: p.pid, command: p.command }).collect(),
+        thread_process,
+        thread_roles,
         sample_thread,
         sample_time_ns,
         sample_stack,

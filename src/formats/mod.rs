@@ -44,6 +44,10 @@ mod pprof;
 pub mod report;
 mod speedscope;
 pub mod tree;
+pub mod view;
+pub mod warnings;
+
+pub use view::View;
 
 /// An output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,11 +177,13 @@ pub struct ExportOptions {
     /// gzip the `.machprof` payload. Default true; the CLI's hand-off file
     /// from the profiled process is written uncompressed for speed.
     pub compress: bool,
+    /// Which frames to show (see `view.rs`); `.machprof` is always whole.
+    pub view: View,
 }
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        ExportOptions { include_idle: false, thread_prefix: true, compress: true }
+        ExportOptions { include_idle: false, thread_prefix: true, compress: true, view: View::Mixed }
     }
 }
 
@@ -190,6 +196,11 @@ pub fn export(profile: &ProfileData, format: Format) -> Result<Vec<u8>, String> 
 /// validate (every exporter indexes tables without further checks).
 pub fn export_with(profile: &ProfileData, format: Format, opts: &ExportOptions) -> Result<Vec<u8>, String> {
     profile.validate()?;
+    let viewed = match format {
+        Format::Machprof => std::borrow::Cow::Borrowed(profile),
+        _ => view::apply(profile, opts.view),
+    };
+    let profile = viewed.as_ref();
     let out = match format {
         Format::Machprof => machprof::encode(profile, opts.compress),
         Format::Pprof => pprof::export(profile),

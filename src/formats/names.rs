@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use rustc_hash::FxHashMap;
 
-use crate::profile::{Function, ProfileData, Symbols};
+use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
 
 /// The symbols to export with: `profile.symbols`, or a stand-in that names
 /// every frame `0x…` and attributes it to the module whose range holds it.
@@ -15,17 +15,26 @@ use crate::profile::{Function, ProfileData, Symbols};
 /// names each; views should count `fib (app.js:3:1)` once, not per copy.
 pub fn resolve(profile: &ProfileData) -> Cow<'_, Symbols> {
     match &profile.symbols {
-        Some(s) => merge_identical(s).map_or(Cow::Borrowed(s), Cow::Owned),
+        Some(s) => merge_identical(s, profile).map_or(Cow::Borrowed(s), Cow::Owned),
         None => Cow::Owned(address_symbols(profile)),
     }
 }
 
 /// `s` with every frame pointing at the first of identical functions, or
 /// `None` if no two are identical. The later copies stay in the table,
-/// unused, so function indices keep their meaning.
-fn merge_identical(s: &Symbols) -> Option<Symbols> {
-    let mut first: FxHashMap<&Function, u32> = FxHashMap::default();
-    let remap: Vec<u32> = s.functions.iter().enumerate().map(|(i, f)| *first.entry(f).or_insert(i as u32)).collect();
+/// unused, so function indices keep their meaning. Modules compare by
+/// path, so the same function in two processes of one profile is one.
+fn merge_identical<'a>(s: &'a Symbols, profile: &'a ProfileData) -> Option<Symbols> {
+    type Key<'a> = (&'a str, &'a str, &'a str, u32, FunctionKind);
+    fn key<'a>(f: &'a Function, profile: &'a ProfileData) -> Key<'a> {
+        let module =
+            usize::try_from(f.module).ok().and_then(|m| profile.modules.get(m)).map_or("", |m| m.path.as_str());
+        (f.name.as_str(), module, f.file.as_str(), f.line, f.kind)
+    }
+    let key = |f: &'a Function| key(f, profile);
+    let mut first: FxHashMap<Key, u32> = FxHashMap::default();
+    let remap: Vec<u32> =
+        s.functions.iter().enumerate().map(|(i, f)| *first.entry(key(f)).or_insert(i as u32)).collect();
     if remap.iter().enumerate().all(|(i, &j)| i as u32 == j) {
         return None;
     }
@@ -62,11 +71,17 @@ pub fn module_name<'a>(profile: &'a ProfileData, f: &Function) -> &'a str {
     usize::try_from(f.module).ok().and_then(|m| profile.modules.get(m)).map(|m| basename(&m.path)).unwrap_or("")
 }
 
-/// A thread's label in views that put threads side by side.
+/// A thread's label in views that put threads side by side: its name (its
+/// role when the OS name says nothing, see `roles::display_name`) and tid,
+/// and its pid when the profile holds several processes.
 pub fn thread_label(profile: &ProfileData, thread: usize) -> String {
     let t = &profile.threads[thread];
-    let name = if t.name.is_empty() { "thread" } else { t.name.as_str() };
-    format!("{name} ({})", t.tid)
+    let name = crate::profile::roles::display_name(profile, thread);
+    if profile.process_count() > 1 {
+        format!("{name} ({}, pid {})", t.tid, profile.pid_of(thread))
+    } else {
+        format!("{name} ({})", t.tid)
+    }
 }
 
 /// Function names for collapsed stacks, where `;` separates frames and a

@@ -202,9 +202,17 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
             loc.uint(2, module as u64 + 1);
         }
         loc.uint(3, addr);
+        // A JS frame's line is where its function starts (V8 names only
+        // that); a native frame's is the one its debug info gives.
+        let f = &symbols.functions[func as usize];
+        let (line_no, column) = match (symbols.frame_line[i], f.kind) {
+            (0, FunctionKind::Js) => (f.line, f.column()),
+            (l, _) => (l, 0),
+        };
         let mut line = Pb::default();
         line.uint(1, func as u64 + 1);
-        line.int(2, symbols.frame_line[i] as i64);
+        line.int(2, line_no as i64);
+        line.int(3, column as i64);
         loc.message(4, line);
         out.message(4, loc);
     }

@@ -13,7 +13,8 @@ use std::cmp::Reverse;
 
 use super::names::{module_name, resolve, thread_label};
 use super::tree::{CallTree, SampleFilter};
-use crate::profile::ProfileData;
+use super::view::{self, View};
+use crate::profile::{roles, ProfileData};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortBy {
@@ -32,16 +33,18 @@ impl SortBy {
 }
 
 pub struct ReportOptions<'a> {
-    /// A thread name or tid; `None` for every thread.
+    /// A thread role, name or tid (see `roles::matches`); `None` for every
+    /// thread.
     pub thread: Option<&'a str>,
     pub top: usize,
     pub by: SortBy,
     pub include_idle: bool,
+    pub view: View,
 }
 
 impl Default for ReportOptions<'_> {
     fn default() -> Self {
-        ReportOptions { thread: None, top: 15, by: SortBy::SelfSamples, include_idle: false }
+        ReportOptions { thread: None, top: 15, by: SortBy::SelfSamples, include_idle: false, view: View::Mixed }
     }
 }
 
@@ -49,6 +52,10 @@ impl Default for ReportOptions<'_> {
 pub struct ThreadRow {
     pub tid: u64,
     pub name: String,
+    /// What the thread runs (`roles.rs`), or "".
+    pub role: String,
+    /// Its process.
+    pub pid: u32,
     pub is_main: bool,
     /// All samples of the thread, idle included.
     pub samples: u64,
@@ -93,11 +100,10 @@ pub struct Report {
     pub paths: Vec<PathRow>,
 }
 
-/// Thread indices matching a tid or a name (several threads may share a
-/// name, such as libuv's pool). The error lists the threads there are.
+/// Thread indices matching a role, a name or a tid (several threads may
+/// share one, such as libuv's pool). The error lists the threads there are.
 pub fn select_threads(profile: &ProfileData, which: &str) -> Result<Vec<bool>, String> {
-    let tid: Option<u64> = which.parse().ok();
-    let sel: Vec<bool> = profile.threads.iter().map(|t| Some(t.tid) == tid || t.name == which).collect();
+    let sel: Vec<bool> = (0..profile.threads.len()).map(|t| roles::matches(profile, t, which)).collect();
     if sel.iter().any(|&s| s) {
         return Ok(sel);
     }
@@ -106,11 +112,13 @@ pub fn select_threads(profile: &ProfileData, which: &str) -> Result<Vec<bool>, S
         names.truncate(20);
         names.push("…".into());
     }
-    Err(format!("no thread is named or has tid '{which}'; threads are: {}", names.join(", ")))
+    Err(format!("no thread has the role, name or tid '{which}'; threads are: {}", names.join(", ")))
 }
 
 pub fn report(profile: &ProfileData, opts: &ReportOptions) -> Result<Report, String> {
     profile.validate()?;
+    let viewed = view::apply(profile, opts.view);
+    let profile = viewed.as_ref();
     let selected = opts.thread.map(|t| select_threads(profile, t)).transpose()?;
     let symbols = resolve(profile);
     let tree = CallTree::build(profile, &symbols);
@@ -198,9 +206,11 @@ pub fn report(profile: &ProfileData, opts: &ReportOptions) -> Result<Report, Str
         .zip(&per_thread)
         .enumerate()
         .filter(|(t, _)| selected.as_ref().is_none_or(|s| s[*t]))
-        .map(|(_, (rec, &(samples, idle)))| ThreadRow {
+        .map(|(t, (rec, &(samples, idle)))| ThreadRow {
             tid: rec.tid,
             name: rec.name.clone(),
+            role: profile.role(t).to_string(),
+            pid: profile.pid_of(t),
             is_main: rec.is_main,
             samples,
             idle,
@@ -266,5 +276,12 @@ mod tests {
         let opts = ReportOptions { thread: Some("nope"), ..Default::default() };
         let e = report(&p, &opts).unwrap_err();
         assert!(e.contains("main (100), worker (101)"), "{e}");
+        // Roles select too.
+        let mut p = sample_profile();
+        p.threads[1].name = "node".into();
+        p.thread_roles = vec!["main".into(), "libuv pool".into()];
+        let opts = ReportOptions { thread: Some("pool"), include_idle: true, ..Default::default() };
+        assert_eq!(report(&p, &opts).unwrap().samples, 2);
+        assert_eq!(thread_label(&p, 1), "libuv pool (101)");
     }
 }

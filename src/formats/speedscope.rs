@@ -36,6 +36,8 @@ struct Frame<'a> {
     file: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    col: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -102,6 +104,7 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
             name: &f.name,
             file: (!f.file.is_empty()).then_some(f.file.as_str()),
             line: (f.line > 0).then_some(f.line),
+            col: (f.column() > 0).then_some(f.column()),
         })
         .collect();
     // Samples of each thread, in time order.

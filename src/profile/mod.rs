@@ -6,6 +6,9 @@
 
 use crate::sampler::session::Recording;
 
+pub mod merge;
+pub mod roles;
+
 pub use crate::platform::Module;
 /// A frame that names a JavaScript function: the low 32 bits index
 /// [`ProfileData::js_names`].
@@ -80,6 +83,21 @@ impl Function {
         Function { name: format!("0x{addr:x}"), module, file: String::new(), line: 0, kind: FunctionKind::Unknown }
     }
 
+    /// The column where a JavaScript function starts (1-based), or 0. V8
+    /// names carry their location, `fib (/app/fib.js:3:13)`; the column is
+    /// read from there rather than stored twice.
+    pub fn column(&self) -> u32 {
+        if self.kind != FunctionKind::Js || self.line == 0 {
+            return 0;
+        }
+        let Some(rest) = self.name.strip_suffix(')') else { return 0 };
+        let Some((before, col)) = rest.rsplit_once(':') else { return 0 };
+        if !before.ends_with(&format!(":{}", self.line)) {
+            return 0;
+        }
+        col.parse().unwrap_or(0)
+    }
+
     /// An address in module `module` (named `module_name`) that nothing
     /// names: `0x<file address> in <module_name>`. The file address is the
     /// one `atos -o`, `addr2line -e` and `llvm-symbolizer` take.
@@ -123,6 +141,16 @@ impl Meta {
     }
 }
 
+/// One process of a profile. A profile from `start()`/`stop()` holds one
+/// (the caller); `machsampler record` following a program's children
+/// merges one profile per Node.js process into one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// The command line, as the process saw it (`node app.js`), or "".
+    pub command: String,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ProfileData {
     pub meta: Meta,
@@ -148,6 +176,13 @@ pub struct ProfileData {
     /// Names of JavaScript frames: a frame address with `JS_FRAME_TAG` set
     /// is a JS function, its low 32 bits an index here.
     pub js_names: Vec<String>,
+    /// The processes, when known: empty means one process, `meta.pid`.
+    pub processes: Vec<ProcessInfo>,
+    /// Per thread, its index in `processes`; empty means all in the first.
+    pub thread_process: Vec<u32>,
+    /// Per thread, what it runs (`main`, `libuv pool`, `worker 1 (/app/w.js)`;
+    /// see `roles.rs`), "" if unknown; empty until roles are computed.
+    pub thread_roles: Vec<String>,
 }
 
 impl ProfileData {
@@ -174,7 +209,31 @@ impl ProfileData {
             stats: rec.stats,
             symbols: None,
             js_names,
+            processes: Vec::new(),
+            thread_process: Vec::new(),
+            thread_roles: Vec::new(),
         }
+    }
+
+    /// Index of thread `thread`'s process in `processes` (0 when there is
+    /// one process).
+    pub fn process_of(&self, thread: usize) -> usize {
+        self.thread_process.get(thread).copied().unwrap_or(0) as usize
+    }
+
+    /// The pid of thread `thread`'s process.
+    pub fn pid_of(&self, thread: usize) -> u32 {
+        self.processes.get(self.process_of(thread)).map_or(self.meta.pid, |p| p.pid)
+    }
+
+    /// How many processes the profile holds.
+    pub fn process_count(&self) -> usize {
+        self.processes.len().max(1)
+    }
+
+    /// Thread `thread`'s role, or "".
+    pub fn role(&self, thread: usize) -> &str {
+        self.thread_roles.get(thread).map_or("", |r| r.as_str())
     }
 
     /// Rows of the sample table.
@@ -235,6 +294,14 @@ impl ProfileData {
             if p < -1 || p >= i as i32 {
                 return Err(format!("stack {i} has parent {p}; a parent must come before its child"));
             }
+        }
+        for (name, len) in [("threadProcess", self.thread_process.len()), ("threadRoles", self.thread_roles.len())] {
+            if len != 0 && len != self.threads.len() {
+                return Err(format!("{name} has {len} entries for {} threads", self.threads.len()));
+            }
+        }
+        if let Some(i) = self.thread_process.iter().position(|&p| p as usize >= self.process_count()) {
+            return Err(format!("thread {i} names process {} of {}", self.thread_process[i], self.process_count()));
         }
         if let Some(sym) = &self.symbols {
             if sym.frame_function.len() != self.frame_address.len() || sym.frame_line.len() != self.frame_address.len()
@@ -321,7 +388,25 @@ pub(crate) mod tests {
                     .collect(),
             }),
             js_names: Vec::new(),
+            processes: Vec::new(),
+            thread_process: Vec::new(),
+            thread_roles: Vec::new(),
         }
+    }
+
+    #[test]
+    fn js_columns_come_from_the_name() {
+        let f = |name: &str, line| Function {
+            name: name.into(),
+            module: -1,
+            file: "/a.js".into(),
+            line,
+            kind: FunctionKind::Js,
+        };
+        assert_eq!(f("fib (/a.js:3:13)", 3).column(), 13);
+        assert_eq!(f("fib (/a.js:3)", 3).column(), 0);
+        assert_eq!(f("fib (/a.js:4:13)", 3).column(), 0);
+        assert_eq!(f("fib", 0).column(), 0);
     }
 
     #[test]

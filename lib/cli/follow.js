@@ -1,0 +1,157 @@
+'use strict'
+// Following a command's Node.js processes (`record`, the default): every
+// Node process the command starts inherits the preload through
+// NODE_OPTIONS and leaves in the session directory
+//   proc-<pid>.json        its pid, parent and command line, at start
+//   raw-<pid>.machprof     its profile, when it exits
+//   children-<pid>.jsonl   the child processes it spawned
+//   threads-<pid>.jsonl    its Workers: threadId with script, threadId with OS tid
+// This module gathers them once the command has exited: which profiles to
+// merge, each one's command, the roles of worker threads, and the children
+// that were not Node.js (listed, never touched).
+
+const fs = require('fs')
+const path = require('path')
+
+const text = require('./text')
+
+/** How long `record` waits for processes still writing their profile. */
+const WAIT_MS = 5000
+const POLL_MS = 50
+
+function readJson(file) {
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8'))
+  } catch {
+    return null
+  }
+}
+
+function readLines(file) {
+  let body
+  try {
+    body = fs.readFileSync(file, 'utf8')
+  } catch {
+    return []
+  }
+  const out = []
+  for (const line of body.split('\n')) {
+    try {
+      if (line) out.push(JSON.parse(line))
+    } catch {
+      // A line cut short by a crash: skip it.
+    }
+  }
+  return out
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return e.code === 'EPERM'
+  }
+}
+
+function files(dir, re) {
+  return fs
+    .readdirSync(dir)
+    .map((name) => re.exec(name))
+    .filter(Boolean)
+}
+
+/** `worker <threadId> (<script>)` by OS thread id, from every process's log. */
+function threadRoles(dir) {
+  const roles = {}
+  for (const m of files(dir, /^threads-(\d+)\.jsonl$/)) {
+    const script = new Map()
+    const tid = new Map()
+    for (const r of readLines(path.join(dir, m[0]))) {
+      if (r.script !== undefined) script.set(r.threadId, r.script)
+      if (r.tid !== undefined) tid.set(r.threadId, r.tid)
+    }
+    for (const [threadId, t] of tid) {
+      roles[t] = script.has(threadId) ? `worker ${threadId} (${script.get(threadId)})` : `worker ${threadId}`
+    }
+  }
+  return roles
+}
+
+/** A command line as a user would type it: `node app.js`, not the full path of node. */
+function commandLine(argv) {
+  if (!Array.isArray(argv) || argv.length === 0) return ''
+  return [path.basename(argv[0]), ...argv.slice(1)].join(' ')
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/**
+ * Waits for every process that started recording to write its profile
+ * (while it is alive, up to WAIT_MS), then lists what there is.
+ */
+async function collect(dir, topPid) {
+  const deadline = Date.now() + WAIT_MS
+  let procs
+  for (;;) {
+    procs = files(dir, /^proc-(\d+)\.json$/).map((m) => ({ pid: Number(m[1]), ...readJson(path.join(dir, m[0])) }))
+    const pending = procs.filter((p) => !fs.existsSync(path.join(dir, `raw-${p.pid}.machprof`)) && alive(p.pid))
+    if (pending.length === 0 || Date.now() > deadline) break
+    await sleep(POLL_MS)
+  }
+  procs.sort((a, b) => (a.startedMs || 0) - (b.startedMs || 0) || a.pid - b.pid)
+  const done = procs.filter((p) => fs.existsSync(path.join(dir, `raw-${p.pid}.machprof`)))
+  const missing = procs
+    .filter((p) => !done.includes(p))
+    .map((p) => ({ pid: p.pid, command: commandLine(p.argv), running: alive(p.pid) }))
+  const node = new Set(procs.map((p) => p.pid))
+  const children = files(dir, /^children-(\d+)\.jsonl$/).flatMap((m) => readLines(path.join(dir, m[0])))
+  if (topPid !== undefined && !children.some((c) => c.pid === topPid)) children.unshift({ pid: topPid, command: '' })
+  const notNode = children.filter((c) => !node.has(c.pid) && c.command !== '')
+  return {
+    raws: done.map((p) => path.join(dir, `raw-${p.pid}.machprof`)),
+    commands: done.map((p) => commandLine(p.argv)),
+    threadRoles: threadRoles(dir),
+    missing,
+    notNode,
+    topIsNode: topPid === undefined || node.has(topPid),
+  }
+}
+
+/** --no-follow: the one profile of the first Node process. */
+function single(dir) {
+  const raw = path.join(dir, 'raw.machprof')
+  return {
+    raws: fs.existsSync(raw) ? [raw] : [],
+    commands: [],
+    threadRoles: threadRoles(dir),
+    missing: [],
+    notNode: [],
+    topIsNode: true,
+  }
+}
+
+/** Summary lines: every process recorded, and the ones that were not. */
+function processLines(summary, session) {
+  const lines = []
+  const procs = summary.processes
+  if (procs.length > 1) {
+    lines.push(`  processes ${procs.length} Node.js processes profiled:`)
+    const w = Math.max(...procs.map((p) => text.int(p.samples).length))
+    for (const p of procs) {
+      lines.push(`            pid ${String(p.pid).padEnd(7)} ${text.int(p.samples).padStart(w)} samples  ${p.command}`)
+    }
+  }
+  for (const m of session.missing) {
+    const why = m.running ? 'still running when the command ended' : 'ended without writing its profile'
+    lines.push(`  not profiled: ${m.command} (pid ${m.pid}): ${why}`)
+  }
+  if (session.notNode.length > 0) {
+    const list = session.notNode.map((c) => `${c.command} (pid ${c.pid})`)
+    const shown = list.slice(0, 5).join(', ') + (list.length > 5 ? `, and ${list.length - 5} more` : '')
+    lines.push(`  not Node.js, not profiled: ${shown}`)
+  }
+  return lines
+}
+
+module.exports = { collect, single, processLines, commandLine, threadRoles }

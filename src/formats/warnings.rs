@@ -1,0 +1,80 @@
+//! What a profile cannot show, said once: JavaScript that could not be
+//! named shows as bare addresses (`0x7f1d0000c488`), which a user cannot
+//! act on without knowing why.
+
+use super::names::{resolve, thread_label};
+use crate::profile::{FunctionKind, ProfileData};
+
+/// Below this share of a thread's running samples, unnamed code is noise.
+const MIN_SHARE: f64 = 0.01;
+
+/// One warning if some thread spent time in code outside every module that
+/// nothing named (JIT code V8 did not describe), naming the worst thread.
+pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
+    let symbols = resolve(profile);
+    let unnamed: Vec<bool> =
+        symbols.functions.iter().map(|f| f.kind == FunctionKind::Unknown && f.module < 0).collect();
+    // Per stack node: does it or a caller sit in unnamed code?
+    let n = profile.stack_frame.len();
+    let mut has = vec![false; n];
+    for s in 0..n {
+        let up = profile.stack_parent[s];
+        has[s] =
+            (up >= 0 && has[up as usize]) || unnamed[symbols.frame_function[profile.stack_frame[s] as usize] as usize];
+    }
+    let mut per_thread = vec![(0u64, 0u64); profile.threads.len()];
+    for i in 0..profile.sample_count() {
+        if profile.sample_idle[i] != 0 {
+            continue;
+        }
+        let e = &mut per_thread[profile.sample_thread[i] as usize];
+        e.0 += profile.weight(i);
+        if has[profile.sample_stack[i] as usize] {
+            e.1 += profile.weight(i);
+        }
+    }
+    let worst = (0..per_thread.len())
+        .filter(|&t| per_thread[t].1 >= 3 && per_thread[t].1 as f64 >= MIN_SHARE * per_thread[t].0 as f64)
+        .max_by_key(|&t| per_thread[t].1);
+    let Some(t) = worst else { return Vec::new() };
+    let others = (0..per_thread.len()).filter(|&u| u != t && per_thread[u].1 > 0).count();
+    let (running, without) = per_thread[t];
+    let what = if profile.threads[t].is_main { "the main thread" } else { "thread" };
+    vec![format!(
+        "{:.1}% of {what} {}'s samples{} are in JavaScript that has no name (shown as 0x… addresses): \
+         V8 did not describe that code to the sampler (a worker's isolate it could not read, or code \
+         compiled before sampling began). Record again with --perf-map, which has V8 write every \
+         isolate's code names to /tmp/perf-<pid>.map.",
+        100.0 * without as f64 / running.max(1) as f64,
+        thread_label(profile, t),
+        if others > 0 {
+            format!(" (and {others} other thread{})", if others == 1 { "" } else { "s" })
+        } else {
+            String::new()
+        },
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+    use crate::profile::Function;
+
+    #[test]
+    fn warns_once_about_unnamed_code() {
+        let mut p = sample_profile();
+        assert!(unnamed_js(&p).is_empty());
+        // "b" becomes an address outside every module, on the main thread.
+        p.symbols.as_mut().unwrap().functions[2] = Function::unknown(0x7f1d_0000_c488, -1);
+        p.sample_weight = vec![2, 2, 1, 1];
+        let w = unnamed_js(&p);
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].starts_with("100.0% of the main thread main (100)'s samples are in JavaScript that has no name"),
+            "{}",
+            w[0]
+        );
+        assert!(w[0].contains("--perf-map"));
+    }
+}

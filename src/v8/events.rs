@@ -9,7 +9,7 @@
 //! map is locked, events queue and the next user of the map applies them,
 //! in order. Why this API, and its limits: `docs/design/v8-code-events.md`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
@@ -77,14 +77,6 @@ pub enum Policy {
 static ALLOWED: AtomicBool = AtomicBool::new(true);
 /// Registration serial → handler installed on that isolate.
 static INSTALLED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-/// Isolates that want the handler and do not have it yet: it is installed
-/// once their thread is seen running JavaScript while sampling
-/// ([`install_if_pending`]), not inside `start()` (installing costs 5-12
-/// ms in a fresh Node process) nor in every worker that never runs while
-/// sampled.
-static PENDING: LazyLock<Mutex<HashSet<u32>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
-/// Set by [`enable_lazily`], cleared by [`enable`].
-static LAZY: AtomicBool = AtomicBool::new(false);
 /// Registrations whose existing code was enumerated (or is being).
 static ENUMERATED: LazyLock<Mutex<HashMap<u32, bool>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
@@ -320,6 +312,15 @@ fn wanted() -> bool {
 /// Installs or clears the handler on the calling thread's isolate to match
 /// the wanted state. Runs on the isolate's own thread only.
 fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
+    reconcile_current_with(api, isolate, serial, false)
+}
+
+/// As [`reconcile_current`]; with `defer_enumeration`, a handler that must
+/// enumerate the existing code is installed without, and the enumeration
+/// runs at the thread's next interrupt check: new code (OSR code included,
+/// which enumeration never reports) is seen from now on, and the caller
+/// does not wait for the heap walk.
+fn reconcile_current_with(api: &Api, isolate: *mut Isolate, serial: u32, defer_enumeration: bool) {
     let want = wanted();
     let mut installed = lock(&INSTALLED);
     let is_on = installed.get(&serial).copied().unwrap_or(false);
@@ -329,7 +330,8 @@ fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
     if want {
         let t0 = now_ns();
         let cpu0 = thread_cpu_ns();
-        let options = if enumerate_on_install() {
+        let enumerate = enumerate_on_install();
+        let options = if enumerate && !defer_enumeration {
             INSTALLS_ENUMERATING.fetch_add(1, Ordering::Relaxed);
             lock(&ENUMERATED).insert(serial, true);
             JIT_CODE_EVENT_ENUM_EXISTING
@@ -343,6 +345,13 @@ fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
         LAST_INSTALL_NS.store(now_ns() - t0, Ordering::Relaxed);
         INSTALL_CPU_NS.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
         INSTALLS.fetch_add(1, Ordering::Relaxed);
+        if enumerate && defer_enumeration {
+            lock(&ENUMERATED).insert(serial, true);
+            INTERRUPTS_REQUESTED.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the calling thread's own, live isolate; RequestInterrupt
+            // may be called from any thread; the data is an integer.
+            unsafe { (api.request_interrupt)(isolate, on_enumerate_interrupt, serial as usize as *mut c_void) };
+        }
     } else {
         // SAFETY: as above; a null handler removes ours.
         unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_DEFAULT, None) };
@@ -425,14 +434,11 @@ pub fn try_code_map() -> Option<MutexGuard<'static, CodeMap>> {
 
 /// Brings every registered isolate to the wanted state: the caller's own
 /// isolate directly, the others through `RequestInterrupt`.
-fn reconcile_all(api: &Api) {
+fn reconcile_all(api: &Api, defer_enumeration: bool) {
     let _guard = lock(&LIFECYCLE);
     // SAFETY: TryGetCurrent reads a thread-local.
     let current = unsafe { (api.try_get_current)() };
     let want = wanted();
-    if !want {
-        lock(&PENDING).clear();
-    }
     for Registered { isolate, serial, .. } in registry::all() {
         let isolate = isolate as *mut Isolate;
         // Already as wanted (the handler stays installed between
@@ -440,12 +446,8 @@ fn reconcile_all(api: &Api) {
         if lock(&INSTALLED).get(&serial).copied().unwrap_or(false) == want {
             continue;
         }
-        if want && install_lazily() {
-            lock(&PENDING).insert(serial);
-            continue;
-        }
         if isolate == current {
-            reconcile_current(api, isolate, serial);
+            reconcile_current_with(api, isolate, serial, defer_enumeration);
         } else {
             INTERRUPTS_REQUESTED.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the isolate is registered, and its thread cannot
@@ -461,19 +463,17 @@ fn reconcile_all(api: &Api) {
 /// `start()`, on a JS thread). Returns false if the layer is unavailable or
 /// turned off.
 pub fn enable() -> bool {
-    LAZY.store(false, Ordering::Release);
-    enable_now()
+    enable_with(false)
 }
 
-/// Like [`enable`], for a sampling session: each isolate gets the handler
-/// only once its thread is sampled running JavaScript
-/// ([`install_if_pending`]).
-pub fn enable_lazily() -> bool {
-    LAZY.store(true, Ordering::Release);
-    enable_now()
+/// Like [`enable`], for `start()`: the calling thread's isolate enumerates
+/// its existing code after `start()` returns, at its next interrupt check,
+/// instead of inside it (5-12 ms in a fresh Node process).
+pub fn enable_deferring_enumeration() -> bool {
+    enable_with(true)
 }
 
-fn enable_now() -> bool {
+fn enable_with(defer_enumeration: bool) -> bool {
     let Ok(api) = api() else { return false };
     if !ALLOWED.load(Ordering::Acquire) {
         return false;
@@ -483,7 +483,7 @@ fn enable_now() -> bool {
     }
     WANTED.store(true, Ordering::Release);
     EVER_WANTED.store(true, Ordering::Release);
-    reconcile_all(api);
+    reconcile_all(api, defer_enumeration);
     true
 }
 
@@ -493,7 +493,7 @@ fn enable_now() -> bool {
 pub fn disable() {
     WANTED.store(false, Ordering::Release);
     if let Ok(api) = api() {
-        reconcile_all(api);
+        reconcile_all(api, false);
     }
 }
 
@@ -540,41 +540,7 @@ pub(crate) fn on_registered(api: &Api, reg: Registered) {
     // SAFETY: the caller's own, live isolate; the blob is process-wide.
     EMBEDDED.get_or_init(|| unsafe { api.embedded_code_range(reg.isolate as *mut Isolate) });
     let _guard = lock(&LIFECYCLE);
-    if wanted() && install_lazily() {
-        lock(&PENDING).insert(reg.serial);
-        return;
-    }
     reconcile_current(api, reg.isolate as *mut Isolate, reg.serial);
-}
-
-/// Whether the handler is installed only on isolates seen running while
-/// sampling: after [`enable_lazily`], except with [`Policy::FromLoad`]
-/// (installed as each isolate registers).
-fn install_lazily() -> bool {
-    LAZY.load(Ordering::Acquire) && policy() != Policy::FromLoad
-}
-
-/// For the sampler thread, on each sample of a registered JS thread: if
-/// that thread's isolate waits for the handler, asks it to install it at
-/// its next interrupt check (with the enumeration of its existing code
-/// that installing brings). Never waits: skipped while the lifecycle lock
-/// is busy, and tried again on a later sample.
-pub fn install_if_pending(tid: u64) {
-    let Ok(api) = api() else { return };
-    let _guard = match LIFECYCLE.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return,
-    };
-    let Some(reg) = registry::lookup_tid(tid) else { return };
-    if !lock(&PENDING).remove(&reg.serial) {
-        return;
-    }
-    INTERRUPTS_REQUESTED.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: registered, and its thread cannot finish unregistering (and
-    // so dispose of it) while we hold LIFECYCLE; RequestInterrupt is
-    // documented as callable from any thread; the data is an integer.
-    unsafe { (api.request_interrupt)(reg.isolate as *mut Isolate, on_interrupt, reg.serial as usize as *mut c_void) };
 }
 
 /// Called on a JS thread when it unregisters for the last time: clears the
@@ -583,7 +549,6 @@ pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
     // Taken before the registry entry goes away (by the caller, which
     // already holds it): see `lifecycle_guard`.
     lock(&ENUMERATED).remove(&reg.serial);
-    lock(&PENDING).remove(&reg.serial);
     let mut installed = lock(&INSTALLED);
     if installed.remove(&reg.serial).unwrap_or(false) {
         // SAFETY: on the isolate's own thread, before it is disposed of.

@@ -287,7 +287,6 @@ impl StackRewrite for V8JsFrames {
         };
         self.merged.clear();
         merge_stacks(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
-        super::events::install_if_pending(c.tid);
         self.check_known(c.tid);
         for m in &self.merged {
             match *m {

@@ -115,12 +115,11 @@ pub fn unregister_current_thread() {
     }
 }
 
-/// Starts V8 code events for a sampling session (call from `start()` on a
-/// JS thread): each registered isolate gets the handler at its next
-/// interrupt check after its thread is first sampled running JavaScript.
-/// False if unavailable or turned off by the user.
+/// Starts V8 code events on every registered isolate (call from `start()`
+/// on a JS thread): the caller's isolate now, the others at their next
+/// interrupt check. False if unavailable or turned off by the user.
 pub fn enable_code_events() -> bool {
-    let on = events::enable_lazily();
+    let on = events::enable_deferring_enumeration();
     if on {
         discover::start();
     }

@@ -108,13 +108,15 @@ class Checker {
   }
 
   /**
-   * Adds a sampled profile's samples to the total and checks its shape
-   * (structure, and stats that agree with the samples).
+   * Adds a sampled profile's samples (weights) to the total and checks its
+   * shape (structure, weights, stats that agree with the samples, and
+   * with `mode` what that mode promises: see check.js).
    */
-  profile(p, what) {
-    const problem = require('./check').checkProfile(p)
+  profile(p, what, mode) {
+    const { checkProfile, weightSum } = require('./check')
+    const problem = checkProfile(p, { mode })
     this.ok(problem === 'ok', () => `${what}: inconsistent profile: ${problem}`)
-    this.samples += p.samples.thread.length
+    this.samples += weightSum(p)
     return p
   }
 }

@@ -75,4 +75,27 @@ function countSignals(sigs, fn) {
   }
 }
 
-module.exports = { probe, probePath, caughtSignals, samplingSignals, countSignals }
+/**
+ * The POSIX timers of a process (/proc/<pid>/timers): { id, signal, tid }
+ * each, tid being the thread a SIGEV_THREAD_ID timer signals. null if the
+ * kernel does not list them.
+ */
+function posixTimers(pid = 'self') {
+  let text
+  try {
+    text = fs.readFileSync(`/proc/${pid}/timers`, 'utf8')
+  } catch {
+    return null
+  }
+  const out = []
+  for (const block of text.split(/^(?=ID: )/m)) {
+    const id = /^ID: (\d+)/.exec(block)
+    if (!id) continue
+    const sig = /^signal: (\d+)\//m.exec(block)
+    const tid = /^notify: \S+\/tid\.(\d+)/m.exec(block)
+    out.push({ id: Number(id[1]), signal: sig ? Number(sig[1]) : 0, tid: tid ? Number(tid[1]) : 0 })
+  }
+  return out
+}
+
+module.exports = { probe, probePath, caughtSignals, samplingSignals, countSignals, posixTimers }

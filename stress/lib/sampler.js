@@ -11,7 +11,8 @@
 
 const ms = require('../..')
 const { cpuWindow, account, addAccount, cpuProblems, summary } = require('./cpu')
-const { samplingSignals, countSignals } = require('./probe')
+const fs = require('fs')
+const { samplingSignals, countSignals, posixTimers } = require('./probe')
 
 /** Busy-waits `ms` milliseconds on this thread. */
 function spinMs(t) {
@@ -33,8 +34,11 @@ function quietAfterStop(p, quietMs = 3) {
   const sigs = samplingSignals()
   if (sigs.length === 0) return { noSignal: true }
   const q = countSignals(sigs, () => spinMs(quietMs))
+  // Timers are deleted by stop(): none with the sampling signal is left.
+  const timers = posixTimers()
+  const leftTimers = timers ? timers.filter((t) => sigs.includes(t.signal)).length : 0
   if (ms.isRunning() || statsKey(ms.stats()) !== statsKey(p.stats)) return null
-  return { ...q, signals: sigs, ms: quietMs }
+  return { ...q, leftTimers, signals: sigs, ms: quietMs }
 }
 
 /**
@@ -44,6 +48,7 @@ function quietAfterStop(p, quietMs = 3) {
 function checkQuiet(c, q, mode, what) {
   if (!q) return
   if (!c.ok(!q.noSignal, `${what}: no handler for SIGURG or a real-time signal after a session: which signal does the sampler use?`)) return
+  c.ok(q.leftTimers === 0, `${what} (${mode} mode): ${q.leftTimers} POSIX timers with the sampling signal left after stop() returned`)
   const msg = () =>
     `${what} (${mode} mode): ${q.count} sampling signal(s) arrived in the ${q.ms} ms after stop() returned (${q.timer} from CPU timers, ${q.queued} queued by the sampler thread; the first ${q.firstAfterMs} ms after, on thread ${q.tid})`
   if (mode === 'wall') c.knownOk('signal-after-stop', q.count === 0, msg)
@@ -185,9 +190,40 @@ class Sampling {
     return summary(threads)
   }
 
+  /**
+   * Looks at the process's POSIX timers now (call it every few tens of
+   * milliseconds while sessions run): in a CPU-mode session every thread
+   * has one, and a thread's timer goes when the thread does, so timers of
+   * threads that exited are few and short-lived (the sampler deletes them
+   * when it next lists threads); a wall-mode session has none.
+   */
+  watchTimers() {
+    if (process.platform !== 'linux' || !this.mine || !ms.isRunning()) return
+    const timers = posixTimers()
+    if (!timers) return
+    const alive = new Set(fs.readdirSync('/proc/self/task').map(Number))
+    const w = (this.timerWatch ||= { looks: 0, maxTimers: 0, maxStale: 0, wallTimers: 0 })
+    w.looks++
+    if (this.mine.mode === 'wall') {
+      w.wallTimers = Math.max(w.wallTimers, timers.length)
+      return
+    }
+    w.maxTimers = Math.max(w.maxTimers, timers.length)
+    w.maxStale = Math.max(w.maxStale, timers.filter((t) => !alive.has(t.tid)).length)
+  }
+
+  /** Checks what watchTimers() saw. `maxStale`: timers of exited threads allowed at once. */
+  checkTimers(maxStale) {
+    const w = this.timerWatch
+    if (!this.c.ok(w && w.looks > 0, `${this.what}: the timers were never looked at`)) return
+    this.c.ok(w.maxStale <= maxStale, `${this.what}: up to ${w.maxStale} timers of exited threads at once (at most ${maxStale})`)
+    this.c.ok(w.wallTimers === 0, `${this.what}: ${w.wallTimers} POSIX timers during a wall-mode session`)
+    return w
+  }
+
   /** For c.info: sessions per mode, the late-signal watch, the CPU account. */
   describe() {
-    return { sessions: this.sessionsByMode, quietAfterStop: this.quiet, cpuMode: summary([...this.cpuTotal.values()]), raced: this.raced }
+    return { sessions: this.sessionsByMode, quietAfterStop: this.quiet, cpuMode: summary([...this.cpuTotal.values()]), timers: this.timerWatch, raced: this.raced }
   }
 }
 

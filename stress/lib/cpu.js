@@ -1,18 +1,23 @@
 'use strict'
-// What a CPU-mode profile should hold, from the threads' own CPU time.
+// What a profile should hold, from the threads' own CPU time.
 //
 // In CPU mode each thread is interrupted after every interval of its own
 // CPU time (schedstat's first field, the clock its timer runs on), so a
 // thread's samples (weights) over a session are at most its CPU time in
-// that session / interval, and close to it for a thread that lived
-// through the session. On a loaded 2-core machine a busy thread may get a
-// fraction of a core: wall time says nothing about its samples.
+// that session / interval, and close to it once its timer is set. On a
+// loaded 2-core machine a busy thread may get a fraction of a core: wall
+// time says nothing about its samples. Timers are set by the sampler
+// thread when it has found the threads, after start() returned, which on a
+// loaded machine can take tens of milliseconds; so the lower bound counts
+// CPU time from the moment the calling thread's timer exists.
 //
-// Usage: `const w = cpuWindow()` just before start(), `w.end()` just after
-// stop() returns, then `account(p, w)`. Grandchild programs require this
-// file by its absolute path and print what account() returned.
+// Usage: `const w = cpuWindow()` just before start(), `w.armed()` right
+// after it (CPU mode), `w.end()` just after stop() returns, then
+// `account(p, w)`. Grandchild programs require this file by its absolute
+// path and print what account() returned.
 
 const fs = require('fs')
+const { posixTimers } = require('./probe')
 
 /** tid -> { ns, comm } for every thread of this process, now. */
 function taskCpu() {
@@ -35,9 +40,29 @@ function taskCpu() {
   return out
 }
 
-/** CPU time of every thread at the start of a session; end() at its end. */
+const ownTid = () => Number(fs.readlinkSync('/proc/thread-self').split('/').pop())
+
+/**
+ * CPU time of every thread at the start of a session. armed(): waits
+ * (sleeping) until the calling thread has its CPU timer (`count` of them
+ * when that many samplers run in CPU mode), then takes a second snapshot;
+ * end(): the snapshot at the end.
+ */
 function cpuWindow() {
-  const w = { before: taskCpu(), after: null }
+  const w = { before: taskCpu(), armedAt: null, armedAfterMs: null, after: null }
+  w.armed = ({ timeoutMs = 2000, count = 1 } = {}) => {
+    const tid = ownTid()
+    const t0 = Date.now()
+    const nap = new Int32Array(new SharedArrayBuffer(4))
+    for (;;) {
+      const timers = posixTimers()
+      if (!timers || timers.filter((t) => t.tid === tid).length >= count || Date.now() - t0 > timeoutMs) break
+      Atomics.wait(nap, 0, 0, 1)
+    }
+    w.armedAfterMs = Date.now() - t0
+    w.armedAt = taskCpu()
+    return w
+  }
   w.end = () => {
     w.after = taskCpu()
     return w
@@ -49,9 +74,10 @@ function cpuWindow() {
  * Per thread of the process: CPU time during the window, and the samples
  * (weights; busy and idle) the profile gives it. The sampler's own thread
  * ('machsampler', never sampled) is left out. `whole` marks threads that
- * existed at both ends of the window: their timers ran from (about) the
- * start to the end. A thread born inside the window counts all its CPU
- * time; one that died inside it cannot be measured and is left out.
+ * existed at both ends of the window; `armedIntervals` is a whole thread's
+ * CPU time from armed() on (its intervals otherwise). A thread born inside
+ * the window counts all its CPU time; one that died inside it cannot be
+ * measured and is left out.
  */
 function account(p, w) {
   const interval = Number(p.intervalNs)
@@ -67,10 +93,22 @@ function account(p, w) {
   for (const [tid, a] of w.after) {
     if (a.comm === 'machsampler') continue
     const b = w.before.get(tid)
+    const armed = w.armedAt ? w.armedAt.get(tid) : b
     const s = samples.get(tid) || { busy: 0, idle: 0 }
-    threads.push({ tid, comm: a.comm, intervalNs: interval, cpuNs: a.ns - (b ? b.ns : 0), intervals: (a.ns - (b ? b.ns : 0)) / interval, busy: s.busy, idle: s.idle, whole: !!b })
+    const cpuNs = a.ns - (b ? b.ns : 0)
+    threads.push({
+      tid,
+      comm: a.comm,
+      intervalNs: interval,
+      cpuNs,
+      intervals: cpuNs / interval,
+      armedIntervals: b && armed ? (a.ns - armed.ns) / interval : null,
+      busy: s.busy,
+      idle: s.idle,
+      whole: !!b,
+    })
   }
-  return { intervalNs: interval, ticks: p.stats.ticks, threads }
+  return { intervalNs: interval, ticks: p.stats.ticks, lost: p.stats.samplesLost, armedAfterMs: w.armedAfterMs, threads }
 }
 
 /**
@@ -80,34 +118,33 @@ function account(p, w) {
 function addAccount(total, acc) {
   for (const t of acc.threads) {
     let e = total.get(t.tid)
-    if (!e) total.set(t.tid, (e = { tid: t.tid, comm: t.comm, intervalNs: t.intervalNs, intervals: 0, busy: 0, wholeIntervals: 0, wholeBusy: 0, sessions: 0, wholeSessions: 0 }))
+    if (!e) total.set(t.tid, (e = { tid: t.tid, comm: t.comm, intervalNs: t.intervalNs, intervals: 0, busy: 0, armedIntervals: 0, armedBusy: 0, sessions: 0, armedSessions: 0 }))
     e.intervals += t.intervals
     e.busy += t.busy
     e.sessions++
-    if (t.whole) {
-      e.wholeIntervals += t.intervals
-      e.wholeBusy += t.busy
-      e.wholeSessions++
+    if (t.armedIntervals !== null) {
+      e.armedIntervals += t.armedIntervals
+      e.armedBusy += t.busy
+      e.armedSessions++
     }
   }
   return total
 }
 
-// A session loses some of each thread's CPU time to its two ends: timers
-// are set once the sampler thread has found the threads (it runs after
-// start() returns), and the kernel checks a CPU timer at its tick (4 ms at
-// HZ=250), so up to a tick of CPU before stop() deletes the timer counts
-// no sample. Allowed per thread and session, in intervals of 1 ms:
-const LOSS_PER_SESSION = 5
+// A session loses a little of each thread's CPU time at its end: the
+// kernel checks a CPU timer at its tick (4 ms at HZ=250), so up to a tick
+// of CPU before stop() deletes the timer counts no sample. Allowed per
+// thread and session:
+const LOSS_PER_SESSION_NS = 5e6
 
 /**
  * Problems with CPU-mode samples against CPU time, as messages (empty when
  * all is well):
  * - no thread may have more samples than intervals of CPU it used (plus
  *   one per session, for the rounding of a window's two ends);
- * - a thread that used at least `minIntervals` intervals while living
- *   through its sessions must have at least `minRatio` of them as
- *   samples, less the start-up and stop losses of each session.
+ * - a thread that used at least `minIntervals` intervals from the moment
+ *   timers were set to the end of its sessions must have at least
+ *   `minRatio` of them as samples, less the stop loss of each session.
  * `threads` is an account's list or an addAccount() total's values.
  */
 function cpuProblems(threads, { minRatio = 0.8, minIntervals = 200, only = null } = {}) {
@@ -116,12 +153,42 @@ function cpuProblems(threads, { minRatio = 0.8, minIntervals = 200, only = null 
     if (only && !only(t)) continue
     const sessions = t.sessions || 1
     if (t.busy > t.intervals * 1.01 + sessions) out.push(`thread ${t.tid} (${t.comm}): ${t.busy} samples for ${t.intervals.toFixed(1)} intervals of CPU time`)
-    const wi = t.wholeIntervals ?? (t.whole ? t.intervals : 0)
-    const wb = t.wholeBusy ?? (t.whole ? t.busy : 0)
-    const ws = t.wholeSessions ?? (t.whole ? 1 : 0)
-    const loss = (LOSS_PER_SESSION * ws * 1e6) / t.intervalNs
-    if (wi >= minIntervals && wb < wi * minRatio - loss) {
-      out.push(`thread ${t.tid} (${t.comm}): ${wb} samples for ${wi.toFixed(0)} intervals of CPU time in ${ws} sessions (fewer than ${minRatio} of them, less ${loss.toFixed(0)} for the sessions' ends)`)
+    if (t.armedIntervals === null) continue
+    const armedBusy = t.armedBusy ?? t.busy
+    const armedSessions = t.armedSessions ?? 1
+    const loss = (LOSS_PER_SESSION_NS * armedSessions) / t.intervalNs
+    if (t.armedIntervals >= minIntervals && armedBusy < t.armedIntervals * minRatio - loss) {
+      out.push(
+        `thread ${t.tid} (${t.comm}): ${armedBusy} samples for ${t.armedIntervals.toFixed(0)} intervals of CPU time once timers were set, in ${armedSessions} sessions (fewer than ${minRatio} of them, less ${loss.toFixed(0)} for the sessions' ends)`,
+      )
+    }
+  }
+  return out
+}
+
+/**
+ * Problems with one session's samples of the threads that were busy
+ * (`busy(t)` picks them; by default those that lived through the session
+ * and used `minIntervals` of CPU once timers were set), judged by what
+ * `mode` promises:
+ * - cpu: cpuProblems(), and each busy thread has samples;
+ * - wall: each busy thread has busy samples, and a sample (busy or idle)
+ *   at most every tick and at least at `minTickShare` of the ticks (a
+ *   thread whose previous signal is still pending is skipped).
+ * `acc` is an account() (as a grandchild printed it).
+ */
+function judge(acc, mode, { minIntervals = 100, busy = null, minTickShare = 0.7 } = {}) {
+  const isBusy = busy || ((t) => t.whole && (t.armedIntervals ?? t.intervals) >= minIntervals)
+  const out = []
+  const threads = acc.threads.filter(isBusy)
+  if (threads.length === 0) out.push(`no busy thread (${JSON.stringify(acc.threads.map((t) => [t.comm, Math.round(t.intervals)]))})`)
+  if (mode === 'cpu') {
+    out.push(...cpuProblems(acc.threads, { minIntervals }))
+    for (const t of threads) if (t.busy === 0) out.push(`thread ${t.tid} (${t.comm}): no sample for ${t.intervals.toFixed(0)} intervals of CPU time`)
+  } else {
+    for (const t of threads) {
+      const all = t.busy + t.idle
+      if (t.busy === 0 || all > acc.ticks || all < acc.ticks * minTickShare) out.push(`thread ${t.tid} (${t.comm}): ${t.busy} busy and ${t.idle} idle samples in ${acc.ticks} ticks`)
     }
   }
   return out
@@ -138,4 +205,4 @@ function summary(threads) {
   return { samples: busy, cpuIntervals: Math.round(intervals), ratio: intervals ? +(busy / intervals).toFixed(3) : null }
 }
 
-module.exports = { taskCpu, cpuWindow, account, addAccount, cpuProblems, summary }
+module.exports = { taskCpu, cpuWindow, account, addAccount, cpuProblems, judge, summary }

@@ -103,6 +103,8 @@ class Sampling {
       return false
     }
     this.next++
+    // Count CPU from the moment timers are set (see cpu.js).
+    if (options.mode === 'cpu' && process.platform === 'linux') window.armed()
     this.mine = { mode: options.mode, window }
     return true
   }

@@ -293,6 +293,7 @@ let heard = 0
 ${listener ? "process.on('SIGUSR1', () => heard++)" : ''}
 const win = cpuWindow()
 ms.start({ intervalMs: 1, mode: '${mode}' })
+${mode === 'cpu' ? 'win.armed()' : ''}
 setTimeout(() => process.kill(process.pid, 'SIGUSR1'), 300)
 const t0 = Date.now()
 const poll = setInterval(() => {

@@ -58,12 +58,25 @@ function samplingSignals() {
  */
 function countSignals(sigs, fn) {
   const P = probe()
-  for (const s of sigs) P.arm(s)
-  let got
+  // A signal whose action cannot be set (EINVAL: the runtime keeps it, as
+  // valgrind does the top real-time signals, whose handlers then show in
+  // SigCgt) cannot be the sampler's either: it is left out and listed.
+  const armed = []
+  const unwatchable = []
+  let got = []
   try {
+    for (const s of sigs) {
+      try {
+        P.arm(s)
+        armed.push(s)
+      } catch (e) {
+        if (e.code !== 'EINVAL') throw e
+        unwatchable.push(s)
+      }
+    }
     fn()
   } finally {
-    got = sigs.map((s) => P.disarm(s))
+    got = armed.map((s) => P.disarm(s))
   }
   const first = got.find((t) => t.count)
   return {
@@ -72,6 +85,7 @@ function countSignals(sigs, fn) {
     queued: got.reduce((a, t) => a + t.queued, 0),
     firstAfterMs: first ? +(first.firstAfterNs / 1e6).toFixed(2) : null,
     tid: first ? first.firstTid : null,
+    unwatchable,
   }
 }
 

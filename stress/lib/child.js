@@ -139,6 +139,7 @@ function main(fn) {
   const options = JSON.parse(process.argv[2] || '{}')
   const c = new Checker()
   const started = Date.now()
+  c.ok(process.env.MACHSAMPLER_ALLOC_CHECK === '1', 'the allocation check is not armed (MACHSAMPLER_ALLOC_CHECK=1; run.js sets it)')
   Promise.resolve()
     .then(() => fn(options, c))
     .catch((e) => c.ok(false, `scenario threw: ${(e && e.stack) || e}`))

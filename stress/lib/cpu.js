@@ -45,22 +45,42 @@ const ownTid = () => Number(fs.readlinkSync('/proc/thread-self').split('/').pop(
 /**
  * CPU time of every thread at the start of a session. armed(): waits
  * (sleeping) until the calling thread has its CPU timer (`count` of them
- * when that many samplers run in CPU mode), then takes a second snapshot;
- * end(): the snapshot at the end.
+ * when that many samplers run in CPU mode), and the other threads that
+ * existed at the start and have run since have theirs (for at most
+ * `othersMs` more), taking each thread's CPU time at the moment its own
+ * timer is first seen: the sampler thread sets them one after another,
+ * and on a loaded machine a worker's may come tens of milliseconds after
+ * the caller's. A thread whose timer was not seen has no armed time (no
+ * lower bound is applied to it). end(): the snapshot at the end.
  */
 function cpuWindow() {
-  const w = { before: taskCpu(), armedAt: null, armedAfterMs: null, after: null }
-  w.armed = ({ timeoutMs = 2000, count = 1 } = {}) => {
-    const tid = ownTid()
+  const w = { before: taskCpu(), armedAt: null, armedAfterMs: null, unarmed: null, after: null }
+  w.armed = ({ timeoutMs = 2000, othersMs = 100, count = 1 } = {}) => {
+    const own = ownTid()
     const t0 = Date.now()
     const nap = new Int32Array(new SharedArrayBuffer(4))
+    const armedAt = new Map()
+    let pending = []
     for (;;) {
       const timers = posixTimers()
-      if (!timers || timers.filter((t) => t.tid === tid).length >= count || Date.now() - t0 > timeoutMs) break
+      if (!timers) break
+      const perTid = new Map()
+      for (const t of timers) perTid.set(t.tid, (perTid.get(t.tid) || 0) + 1)
+      const now = taskCpu()
+      for (const [tid, e] of now) if (!armedAt.has(tid) && (perTid.get(tid) || 0) >= count) armedAt.set(tid, e)
+      // Threads that ran since the start (an idle one, like a thread in
+      // sigwait(), may never get a timer and has no CPU time to count).
+      pending = [...now.keys()].filter((tid) => {
+        const b = w.before.get(tid)
+        return b && !armedAt.has(tid) && now.get(tid).ns > b.ns && !now.get(tid).comm.startsWith('machsampler')
+      })
+      const waited = Date.now() - t0
+      if (waited > timeoutMs || (armedAt.has(own) && (pending.length === 0 || waited > othersMs))) break
       Atomics.wait(nap, 0, 0, 1)
     }
     w.armedAfterMs = Date.now() - t0
-    w.armedAt = taskCpu()
+    w.armedAt = armedAt
+    w.unarmed = pending.length
     return w
   }
   w.end = () => {
@@ -108,7 +128,7 @@ function account(p, w) {
       whole: !!b,
     })
   }
-  return { intervalNs: interval, ticks: p.stats.ticks, lost: p.stats.samplesLost, armedAfterMs: w.armedAfterMs, threads }
+  return { intervalNs: interval, ticks: p.stats.ticks, lost: p.stats.samplesLost, armedAfterMs: w.armedAfterMs, unarmed: w.unarmed, threads }
 }
 
 /**

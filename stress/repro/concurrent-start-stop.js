@@ -60,7 +60,8 @@ if (isMainThread) {
   theirs.then((t) => {
     const total = mine.inconsistent + t.inconsistent
     console.log(JSON.stringify({ main: mine, worker: t }, null, 1))
-    console.log(total ? `REPRODUCED: ${total} inconsistent profiles of ${mine.sessions + t.sessions}` : 'not reproduced')
+    // The verdict line the repros scenario reads: "REPRODUCED: ..." or "not reproduced: ...".
+    console.log(`${total ? 'REPRODUCED' : 'not reproduced'}: ${total} inconsistent profiles of ${mine.sessions + t.sessions}`)
     process.exit(total ? 1 : 0)
   })
 } else {

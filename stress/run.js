@@ -262,7 +262,10 @@ function runScenario(s, opts) {
   return new Promise((resolve) => {
     const child = spawn(opts.node, [file, JSON.stringify(options)], {
       cwd: ROOT,
-      env: { ...process.env, ...(s.env || {}) },
+      // The allocation check is armed in every scenario and in everything
+      // it runs (env is inherited): an allocation while a thread is
+      // stopped aborts the process, a crash here.
+      env: { ...process.env, MACHSAMPLER_ALLOC_CHECK: '1', ...(s.env || {}) },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true, // its own process group, so a hang kills grandchildren too
     })

@@ -22,6 +22,12 @@ const ROOT = path.join(__dirname, '..', '..')
  * remove an entry when its reproducer passes.
  */
 const KNOWN_BUGS = {
+  'signal-after-stop':
+    'wall mode: a signal the sampler thread queued to a thread that had not run yet is delivered after stop() returned (finish() waits a fixed 1 ms, not for pending signals); stress/repro/signal-after-stop.js',
+  'report-header-rows':
+    "the report's summary (ProfileSummary.samples / idleSamples, the 'samples' line of `machsampler report`) counts rows, not samples by weight, while its tables count by weight",
+  'cpu-beside-wall-copy':
+    'two copies of the addon, one in CPU mode and one in wall mode: the CPU-mode copy gives a busy thread well under its CPU time / interval in samples (34-53 for 62-78 intervals; never with cpu/cpu or one copy alone); coexistence, two copies, cpu/wall',
   // Fixed, kept here as examples of the format:
   // 'concurrent-start-stop': stop() racing start() on another JS thread
   //   (stress/repro/concurrent-start-stop.js), fixed in 87a9ac3;
@@ -108,13 +114,15 @@ class Checker {
   }
 
   /**
-   * Adds a sampled profile's samples to the total and checks its shape
-   * (structure, and stats that agree with the samples).
+   * Adds a sampled profile's samples (weights) to the total and checks its
+   * shape (structure, weights, stats that agree with the samples, and
+   * with `mode` what that mode promises: see check.js).
    */
-  profile(p, what) {
-    const problem = require('./check').checkProfile(p)
+  profile(p, what, mode) {
+    const { checkProfile, weightSum } = require('./check')
+    const problem = checkProfile(p, { mode })
     this.ok(problem === 'ok', () => `${what}: inconsistent profile: ${problem}`)
-    this.samples += p.samples.thread.length
+    this.samples += weightSum(p)
     return p
   }
 }
@@ -133,6 +141,7 @@ function main(fn) {
   const options = JSON.parse(process.argv[2] || '{}')
   const c = new Checker()
   const started = Date.now()
+  c.ok(process.env.MACHSAMPLER_ALLOC_CHECK === '1', 'the allocation check is not armed (MACHSAMPLER_ALLOC_CHECK=1; run.js sets it)')
   Promise.resolve()
     .then(() => fn(options, c))
     .catch((e) => c.ok(false, `scenario threw: ${(e && e.stack) || e}`))

@@ -1,12 +1,15 @@
 'use strict'
 // Allocation storm: 8 worker_threads and the main thread hammer malloc and
 // free (Buffer allocations, big JSON) while the sampler runs at 1 kHz and
-// is stopped and restarted every second. Run with
-// MACHSAMPLER_ALLOC_CHECK=1: if the signal handler allocated while a
-// thread is stopped (possibly holding the malloc lock), the addon aborts
-// (a crash here). A deadlock in malloc shows as a worker or the whole
-// process making no progress for 5 s (a hang). Every allocation's content
-// and every JSON round trip is checked.
+// is stopped and restarted every second, alternating CPU mode (each
+// thread's CPU timer interrupts it) and wall mode (the sampler thread
+// signals it). Run with MACHSAMPLER_ALLOC_CHECK=1: if the signal handler
+// allocated while a thread is stopped (possibly holding the malloc lock),
+// the addon aborts (a crash here). A deadlock in malloc shows as a worker
+// or the whole process making no progress for 5 s (a hang). Every
+// allocation's content and every JSON round trip is checked, every worker
+// must be sampled busy in both modes, and in CPU mode each thread's
+// samples must match its CPU time.
 
 const { Worker } = require('worker_threads')
 const { main, progress } = require('../lib/child')
@@ -48,7 +51,7 @@ main(async (o, c) => {
   const ms = seconds * 1000
   const state = []
   const workers = []
-  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 1000, what: 'alloc-storm' })
+  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 1000, what: 'alloc-storm', mode: o.mode ?? 'alternate' })
   for (let i = 0; i < threads; i++) {
     const w = new Worker(WORKER, { eval: true, workerData: { ms } })
     const s = { tid: null, n: 0, bad: 0, bytes: 0, done: false, last: Date.now(), exit: null }
@@ -94,9 +97,16 @@ main(async (o, c) => {
     c.ok(s.n > 10, `worker ${i} did only ${s.n} rounds`)
     // (Not under valgrind, which runs one thread at a time and takes a few
     // dozen samples in all.)
-    if (o.checkBusy !== false) c.ok((sampling.busyByTid.get(s.tid) || 0) > 0, `worker ${i} (tid ${s.tid}) never appears busy in a profile`)
+    if (o.checkBusy !== false) {
+      for (const mode of sampling.modes) {
+        c.ok((sampling.busyByMode[mode].get(s.tid) || 0) > 0, `worker ${i} (tid ${s.tid}) never appears busy in a ${mode}-mode profile`)
+      }
+    }
   }
+  // CPU mode: every thread that computed through whole sessions (the
+  // workers, the main thread) got samples for its CPU time.
+  if (o.checkBusy !== false) c.info.cpuMode = sampling.checkCpu({ minIntervals: 200 })
   c.info.rounds = state.reduce((a, s) => a + s.n, mainRounds)
   c.info.allocatedGB = +(state.reduce((a, s) => a + s.bytes, 0) / 1e9).toFixed(1)
-  c.info.sessions = sampling.sessions
+  c.info.sampling = sampling.describe()
 })

@@ -3,11 +3,15 @@
 // files, directories, empty and garbage files, profiles truncated at many
 // lengths, bit flips (compressed and not), unknown format versions and
 // flags, crafted headers with a valid checksum (lengths that lie, columns
-// missing or of the wrong type, indices out of range), a payload length
-// of 2^63, and unwritable outputs. Each run must end within its time
-// limit with a non-zero status and exactly one line on stderr
+// missing or of the wrong type, indices out of range, weights of 0, a
+// version 1 label on a version 2 payload and the reverse), a payload
+// length of 2^63, and unwritable outputs. Each run must end within its
+// time limit with a non-zero status and exactly one line on stderr
 // ("machsampler: ...", no stack trace), and leave nothing in the output
-// directory (an existing output file keeps its content).
+// directory (an existing output file keeps its content). A file of a
+// version newer than this machsampler writes (2) must say so and ask for
+// an upgrade. The writer's version 2 and a version 1 file (no weight
+// column: one sample a row) must both be read, samples counted by weight.
 
 const fs = require('fs')
 const path = require('path')
@@ -15,7 +19,7 @@ const zlib = require('zlib')
 const { main, progress } = require('../lib/child')
 const { ms } = require('../lib/sampler')
 const { run, describe, tmpdir, ROOT } = require('../lib/proc')
-const { rng, spin } = require('../lib/check')
+const { rng, spin, weightSum } = require('../lib/check')
 
 const CLI = path.join(ROOT, 'bin', 'machsampler.js')
 
@@ -43,7 +47,7 @@ function parse(file) {
 }
 
 /** Builds an uncompressed .machprof with a valid checksum around anything. */
-function build(header, columns, { version = 1, flags = 0, lengthDelta = 0n } = {}) {
+function build(header, columns, { version = 2, flags = 0, lengthDelta = 0n } = {}) {
   const json = Buffer.from(typeof header === 'string' ? header : JSON.stringify(header))
   const payload = Buffer.concat([Buffer.alloc(4), json, columns])
   payload.writeUInt32LE(json.length, 0)
@@ -69,7 +73,7 @@ main(async (o, c) => {
   ms.start({ intervalMs: 1 })
   spin(400)
   const p = ms.stop()
-  c.samples += p.samples.thread.length
+  c.samples += weightSum(p)
   p.symbols = ms.symbolicate(p)
   const good = path.join(inputs, 'good.machprof')
   const raw = path.join(inputs, 'raw.machprof')
@@ -95,7 +99,26 @@ main(async (o, c) => {
   add('magic-only', Buffer.from('MACHPROF'))
   add('magic-then-garbage', Buffer.concat([Buffer.from('MACHPROF'), Buffer.alloc(100, 0xab)]))
   add('gzip-of-garbage', Buffer.concat([goodBytes.subarray(0, 28), zlib.gzipSync(Buffer.alloc(1000, 7))]))
-  for (const v of [0, 2, 9, 0xffffffff]) {
+  c.eq(rawBytes.readUInt32LE(8), 2, 'the format version saveProfile() writes')
+  // Where each column starts in `columns`.
+  const SIZE = { u32: 4, u64: 8, u8: 1, i32: 4 }
+  const offsetOf = (hdr, name) => {
+    let off = 0
+    for (const x of hdr.columns) {
+      if (x.name === name) return { off, len: x.len }
+      off += x.len * SIZE[x.type]
+    }
+    throw new Error(`no column ${name}`)
+  }
+  const weights = offsetOf(header, 'samples.weight')
+  /** The columns and header without samples.weight: a version 1 file's. */
+  const withoutWeights = () => ({
+    header: { ...header, columns: header.columns.filter((x) => x.name !== 'samples.weight') },
+    columns: Buffer.concat([columns.subarray(0, weights.off), columns.subarray(weights.off + weights.len * 4)]),
+  })
+  const newer = new Set()
+  for (const v of [0, 3, 9, 0xffffffff]) {
+    if (v > 2) newer.add(`version-${v}`)
     const b = Buffer.from(rawBytes)
     b.writeUInt32LE(v, 8)
     add(`version-${v}`, b)
@@ -119,6 +142,20 @@ main(async (o, c) => {
     return copy
   }
   const col = (name) => header.columns.findIndex((x) => x.name === name)
+  {
+    // Weights: 0 (a sample is at least one interval), and the version
+    // label disagreeing with the column list.
+    const zero = Buffer.from(columns)
+    zero.fill(0, weights.off, weights.off + weights.len * 4)
+    add('weights-zero', build(header, zero))
+    const one = Buffer.from(columns)
+    one.writeUInt32LE(0, weights.off + Math.floor(weights.len / 2) * 4)
+    add('weight-zero-once', build(header, one))
+    add('version-1-with-weights', build(header, columns, { version: 1 }))
+    const v1 = withoutWeights()
+    add('version-2-without-weights', build(v1.header, v1.columns))
+    add('weight-column-wrong-type', build(h((x) => (x.columns[col('samples.weight')].type = 'u64')), columns))
+  }
   add('header-not-json', build('{"meta": ', columns))
   add('header-empty-object', build({}, columns))
   add('header-huge-length', (() => {
@@ -141,15 +178,12 @@ main(async (o, c) => {
     // Indices out of range with a valid checksum: every sample's stack index
     // set to 0xffffffff.
     const cols = Buffer.from(columns)
-    const n = header.columns[0].len
-    const stackOff = n * 4 + n * 8
-    for (let i = 0; i < n; i++) cols.writeUInt32LE(0xffffffff, stackOff + i * 4)
+    const stack = offsetOf(header, 'samples.stack')
+    for (let i = 0; i < stack.len; i++) cols.writeUInt32LE(0xffffffff, stack.off + i * 4)
     add('stack-index-out-of-range', build(header, cols))
     const cols2 = Buffer.from(columns)
-    const parentCol = col('stacks.parent')
-    let off = 0
-    for (let i = 0; i < parentCol; i++) off += header.columns[i].len * { u32: 4, u64: 8, u8: 1, i32: 4 }[header.columns[i].type]
-    for (let i = 0; i < header.columns[parentCol].len; i++) cols2.writeInt32LE(i, off + i * 4) // every node its own parent
+    const parent = offsetOf(header, 'stacks.parent')
+    for (let i = 0; i < parent.len; i++) cols2.writeInt32LE(i, parent.off + i * 4) // every node its own parent
     add('stack-parent-cycle', build(header, cols2))
   }
   // Truncations and bit flips.
@@ -216,7 +250,8 @@ main(async (o, c) => {
     return r
   }
   for (const [name, file] of cases) {
-    await expectClean(['report', file], `report ${name}`)
+    const r = await expectClean(['report', file], `report ${name}`)
+    if (newer.has(name)) c.ok(/newer than this machsampler reads/.test(r.stderr) && /upgrade/.test(r.stderr), `report ${name}: says the file is newer and asks for an upgrade: ${r.stderr.trim()}`)
     await expectClean(['convert', file, '-o', path.join(outDir, 'x.pb.gz')], `convert ${name}`)
     await expectClean(['convert', file, '-o', existing], `convert ${name} over an existing file`)
   }
@@ -225,6 +260,45 @@ main(async (o, c) => {
   c.ok(ok1.code === 0 && /functions by self samples/.test(ok1.stdout), `report of the good file: ${describe(ok1)}`)
   const ok2 = await run(node, [CLI, 'convert', raw, '-o', path.join(dir, 'ok.speedscope.json')], { timeoutMs: 30000, cwd: dir })
   c.ok(ok2.code === 0 && fs.existsSync(path.join(dir, 'ok.speedscope.json')), `convert of the good file: ${describe(ok2)}`)
+  // Samples are counted by weight: the same rows with every weight
+  // tripled report three times the samples; a version 1 file (no weight
+  // column) counts one sample a row. The threads table is the count
+  // (`--idle`, so every sample is in it); the header's "samples" line is
+  // also compared.
+  {
+    const int = (x) => Number(x.replace(/,/g, ''))
+    const reported = async (bytes, what) => {
+      const f = path.join(dir, `${what}.machprof`)
+      fs.writeFileSync(f, bytes)
+      const r = await run(node, [CLI, 'report', '--idle', f], { timeoutMs: 30000, cwd: dir })
+      const header = /^\s*samples\s+([\d,]+) \(([\d,]+) idle\)/m.exec(r.stdout)
+      const table = r.stdout.split(/^Threads.*\n.*\n/m)[1] || ''
+      let threads = 0
+      let idle = 0
+      for (const m of table.matchAll(/^\s+\d+\s+([\d,]+)\s+([\d,]+)\s/gm)) {
+        threads += int(m[1])
+        idle += int(m[2])
+      }
+      c.ok(r.code === 0 && header && threads > 0, `report of a ${what} file: ${describe(r)}`)
+      return { threads: [threads, idle], header: header ? [int(header[1]), int(header[2])] : null }
+    }
+    const rows = weights.len
+    let total = 0
+    for (let i = 0; i < rows; i++) total += columns.readUInt32LE(weights.off + i * 4)
+    const tripled = Buffer.from(columns)
+    for (let i = 0; i < rows; i++) tripled.writeUInt32LE(3 * columns.readUInt32LE(weights.off + i * 4), weights.off + i * 4)
+    const v1 = withoutWeights()
+    const asWritten = await reported(rawBytes, 'version-2')
+    const times3 = await reported(build(header, tripled), 'weights-tripled')
+    const old = await reported(build(v1.header, v1.columns, { version: 1 }), 'version-1')
+    c.eq(asWritten.threads[0], total, 'report of the written file, threads table: samples (the sum of its weights)')
+    c.eq(times3.threads, asWritten.threads.map((n) => 3 * n), 'report with every weight tripled, threads table: samples and idle samples')
+    c.eq(old.threads[0], rows, 'report of a version 1 file, threads table: samples (one a row)')
+    for (const [what, r] of [['written', asWritten], ['weights-tripled', times3], ['version-1', old]]) {
+      c.knownOk('report-header-rows', r.header && r.header[0] === r.threads[0], () => `report of the ${what} file: the header says ${JSON.stringify(r.header)} samples (idle), the threads table ${JSON.stringify(r.threads)}`)
+    }
+    c.info.weights = { rows, samples: total }
+  }
 
   // Unwritable outputs.
   fs.writeFileSync(path.join(dir, 'a-file'), '')

@@ -8,11 +8,18 @@
 //    each value of a zoo (wrong types, out-of-range and huge numbers,
 //    undefined/null, BigInts, symbols, proxies that throw, getters that
 //    throw, huge strings) as each argument, and with extra arguments.
+//    Bad modes (wrong case, padding, NUL, other types) to start() and
+//    checkStartOptions(), with and without a session running: EINVAL
+//    naming both valid modes, before anything else is judged.
 // B. Thousands of mutated profiles (a real one with one or more fields
 //    replaced by zoo values, truncated or swapped columns, indices out of
-//    range, cycles in the stack tree, mismatched symbol tables) through
-//    symbolicate, exportProfile (every format), profileReport and
+//    range, cycles in the stack tree, mismatched symbol tables, weights of
+//    0 or 2^32-1, a weight column missing, short or of the wrong type)
+//    through symbolicate, exportProfile (every format), profileReport and
 //    saveProfile.
+// The background session alternates CPU and wall mode: it starts in CPU
+// mode, and each restart (a zoo stop() that ended it, the pause for the
+// bad modes with no session) takes the other mode.
 // C. In grandchildren with a time limit each, inputs that could overflow
 //    a stack or block: a 200,000-deep stack chain through every exporter
 //    and the report, and module paths that are a FIFO, /dev/zero, a
@@ -23,7 +30,7 @@ const path = require('path')
 const { execFileSync } = require('child_process')
 const { main, progress } = require('../lib/child')
 const { Sampling, ms } = require('../lib/sampler')
-const { rng, spin } = require('../lib/check')
+const { rng, spin, weightSum } = require('../lib/check')
 const { runNode, describe, tmpdir, ADDON, ROOT } = require('../lib/proc')
 
 const FORMATS = ['machprof', 'pprof', 'speedscope', 'firefox', 'cpuprofile', 'collapsed', 'html', 'svg']
@@ -103,6 +110,9 @@ function zoo() {
     ['options {format: "gif"}', { format: 'gif' }],
     ['options with symbol key', { [Symbol('k')]: 1 }],
     ['options {__proto__}', JSON.parse('{"__proto__": {"intervalMs": 0}}')],
+    ['options {mode: "CPU"}', { mode: 'CPU' }],
+    ['options {mode: 7}', { mode: 7 }],
+    ['options {mode: "wall", intervalMs: 0}', { mode: 'wall', intervalMs: 0 }],
   ]
 }
 
@@ -194,6 +204,12 @@ function structural(p, random) {
     () => { if (p.symbols) p.symbols.functions.kind = p.symbols.functions.kind.map(() => 'bogus') },
     () => { p.samples.thread = new Int32Array(p.samples.thread.length) }, // the wrong typed array
     () => { p.samples.timeNs = Array.from(p.samples.timeNs) }, // a plain array
+    () => { if (p.samples.weight.length) p.samples.weight[pick(p.samples.weight.length)] = 0 },
+    () => { p.samples.weight = new Uint32Array(p.samples.weight.length).fill(0xffffffff) }, // sums past 2^32
+    () => { p.samples.weight = p.samples.weight.slice(0, pick(p.samples.weight.length)) },
+    () => { p.samples.weight = new Float64Array(p.samples.weight) },
+    () => { delete p.samples.weight },
+    () => { p.samples.cpuDeltaNs = new BigUint64Array(p.samples.cpuDeltaNs.length).fill(2n ** 64n - 1n) },
     () => { p.stacks.parent = new Uint32Array(p.stacks.parent) },
     () => { p.version = 2 },
     () => { p.meta.platform = 'plan9' },
@@ -215,10 +231,10 @@ const n = ${depth}
 const p = {
   ...p0,
   threads: [{ tid: 1, name: 'deep', isMain: true }],
-  samples: { thread: new Uint32Array([0, 0]), timeNs: new BigUint64Array([p0.startTimeNs, p0.startTimeNs]), stack: new Uint32Array([n - 1, n - 1]), idle: new Uint8Array(2), cpuDeltaNs: new BigUint64Array(2) },
+  samples: { thread: new Uint32Array([0, 0]), timeNs: new BigUint64Array([p0.startTimeNs, p0.startTimeNs]), stack: new Uint32Array([n - 1, n - 1]), idle: new Uint8Array(2), cpuDeltaNs: new BigUint64Array(2), weight: new Uint32Array([1, 3]) },
   stacks: { frame: new Uint32Array(n).map((_, i) => i % 1000), parent: new Int32Array(n).map((_, i) => i - 1) },
   frames: { address: new BigUint64Array(1000).map((_, i) => 0x400000n + BigInt(i) * 16n) },
-  stats: { ...p0.stats, samplesCaptured: 2, threadsSampled: 2 },
+  stats: { ...p0.stats, samplesCaptured: 4, threadsSampled: 2 },
 }
 const out = {}
 const what = ${JSON.stringify(what)}
@@ -248,11 +264,11 @@ main(async (o, c) => {
   const cwd = fs.mkdtempSync(path.join(dir, 'cwd-'))
   process.chdir(cwd)
   const base = recordProfile()
-  c.samples += base.samples.thread.length
+  c.samples += weightSum(base)
   const binding = require('../../binding.js')
 
   // The sampler runs while all of this happens, as in real use.
-  const sampling = new Sampling(c, { intervalMs: 1, what: 'bad-input background' })
+  const sampling = new Sampling(c, { intervalMs: 1, mode: 'alternate', what: 'bad-input background' })
   const outcomes = {}
   const tally = (fn, res) => {
     const k = `${fn}:${res.startsWith('coded:') || res === 'ok' || res === 'propagated' ? res : 'UNCODED'}`
@@ -303,7 +319,7 @@ main(async (o, c) => {
         // call that succeeded may have ended the background session.
         if (!ms.isRunning()) {
           c.ok(res === 'ok', `${name}(arg ${pos} = ${label}) ended the background session and returned ${res}`)
-          ms.start(sampling.options)
+          sampling.begin()
         }
       }
     }
@@ -322,9 +338,33 @@ main(async (o, c) => {
       calls++
     }
   }
+  // Bad modes: EINVAL naming the valid ones, whether or not a session
+  // runs (a running one would otherwise answer EAGAIN).
+  const BAD_MODES = [['CPU', 'CPU'], ['empty', ''], ['padded', 'wall '], ['NUL', 'cpu\0'], ['process', 'process'], ['number', 1], ['null', null], ['object', {}], ['array', ['cpu']], ['boolean', true]]
+  const modeCheck = (during) => {
+    for (const [label, mode] of BAD_MODES) {
+      for (const [fn, f] of [['start', ms.start], ['checkStartOptions', binding.checkStartOptions]]) {
+        let got
+        try {
+          f({ intervalMs: 1, mode })
+          got = 'accepted'
+        } catch (e) {
+          got = e.code === 'EINVAL' && /'cpu'/.test(e.message) && /'wall'/.test(e.message) ? 'ok' : `${e.code}: ${e.message}`
+        }
+        if (got === 'accepted' && fn === 'start') ms.stop()
+        c.eq(got, 'ok', `${fn}({ mode: ${label} }) ${during}`)
+        calls++
+      }
+    }
+  }
+  modeCheck('while a session runs')
   // The background session survived all of it (bad start/stop changed nothing).
   c.ok(ms.isRunning(), 'the background session was stopped by a bad call')
+  sampling.stop()
+  modeCheck('with no session')
+  c.ok(!ms.isRunning(), 'a bad mode started a session')
   c.info.entryPointCalls = calls
+  sampling.begin()
 
   // B. Mutated profiles.
   const paths = fieldPaths(base)
@@ -365,6 +405,9 @@ main(async (o, c) => {
   }
   c.info.mutatedProfileCalls = mcalls
   sampling.stop()
+  c.info.background = sampling.describe()
+  const bySessionMode = c.info.background.sessions
+  c.ok(bySessionMode.cpu >= 1 && bySessionMode.wall >= 1, `the background sessions ran in both modes: ${JSON.stringify(bySessionMode)}`)
 
   // C. Deep chains and odd module paths, each in a grandchild.
   const depth = 200000

@@ -1,5 +1,6 @@
 'use strict'
-// Process lifecycle while sampling at 1 kHz with busy workers:
+// Process lifecycle while sampling at 1 kHz with busy workers, each in CPU
+// mode and in wall mode:
 // - process.exit(7), an uncaught exception, an unhandled rejection: exit
 //   promptly with the right code; process.abort(): SIGABRT, not a hang;
 //   process.exit() from the main thread while a worker is inside
@@ -9,13 +10,20 @@
 //   written (except after abort, where nothing can be: then a clean
 //   message), with no temporary files left behind;
 // - fork/spawn/exec/execFileSync/spawnSync loops keep working, with the
-//   right output, while the parent is sampled.
+//   right output, while the parent is sampled (sessions alternate modes);
+// - children get no timers and no signals: a fork()ed copy of a sampled
+//   thread (no exec; in CPU mode that thread has a CPU-time timer) burns
+//   CPU with counters on SIGURG and every real-time signal and must count
+//   none, and an exec'd child must start with no POSIX timer and with no
+//   sampling signal pending, blocked or ignored.
 
 const fs = require('fs')
 const path = require('path')
 const cp = require('child_process')
 const { main, progress } = require('../lib/child')
 const { Sampling, ms } = require('../lib/sampler')
+const { weightSum, checkProfile } = require('../lib/check')
+const { probe, posixTimers } = require('../lib/probe')
 const { run, describe, tmpdir, ROOT, ADDON } = require('../lib/proc')
 
 const PRELUDE = `
@@ -50,16 +58,41 @@ w.once('message', () => setTimeout(() => process.exit(5), 50 + Math.floor(Math.r
   workerExit: {
     src: `
 const w = new Worker('const ms = require(${JSON.stringify(ADDON)}); ms.stats(); process.exit(9)', { eval: true })
-w.on('exit', (code) => { spin(100); const p = ms.stop(); console.log('worker-exit', code, p.samples.thread.length); process.exit(0) })`,
+w.on('exit', (code) => { spin(100); const p = ms.stop(); console.log('worker-exit', code, p.stats.samplesCaptured); process.exit(0) })`,
     code: 0,
     stdout: /worker-exit 9 \d+/,
   },
 }
 
-function program(ending, { sample }) {
+function program(ending, { sample, mode }) {
   const e = ENDINGS[ending]
-  return `${PRELUDE}\n${sample && !e.noStart ? "ms.start({ intervalMs: 1 })" : ''}\n${e.src}\n`
+  return `${PRELUDE}\n${sample && !e.noStart ? `ms.start({ intervalMs: 1, mode: '${mode}' })` : ''}\n${e.src}\n`
 }
+
+const MODES = ['cpu', 'wall']
+
+/**
+ * Signals in a /proc/<pid>/status mask line (SigPnd, ShdPnd, SigBlk,
+ * SigIgn, SigCgt) that the sampler could use: SIGURG and the real-time
+ * ones.
+ */
+function samplingSignalsIn(status, field) {
+  const m = new RegExp(`^${field}:\\s+(\\w+)`, 'm').exec(status)
+  if (!m) return null
+  const { urg, rtmin, rtmax } = probe().signals()
+  const mask = BigInt('0x' + m[1])
+  const out = []
+  for (let s = 1; s <= 64; s++) if ((mask >> BigInt(s - 1)) & 1n && (s === urg || (s >= rtmin && s <= rtmax))) out.push(s)
+  return out
+}
+
+// An exec'd child's view of itself: its POSIX timers and signal masks.
+const EXEC_CHILD = `
+const fs = require('fs')
+let timers = null
+try { timers = fs.readFileSync('/proc/self/timers', 'utf8') } catch {}
+console.log(JSON.stringify({ timers, status: fs.readFileSync('/proc/self/status', 'utf8') }))
+`
 
 /** Rejects if `p` takes longer than `ms`: a hang of what it waits for. */
 function within(p, ms, what) {
@@ -79,57 +112,65 @@ main(async (o, c) => {
   c.info.cli = {}
 
   // 1. Plain programs.
-  for (const name of Object.keys(ENDINGS)) {
-    const e = ENDINGS[name]
-    const file = path.join(dir, `${name}.js`)
-    fs.writeFileSync(file, program(name, { sample: true }))
-    const [cmd, args] = shellWrap(node, file)
-    const r = await run(cmd, args, { timeoutMs: 20000, cwd: dir, note: `plain ${name}` })
-    c.ok(!r.timedOut, `${name}: hung (killed after 20 s)`)
-    const want = e.signal ? { signal: e.signal } : { code: e.code }
-    const got = e.signal ? { signal: r.signal } : { code: r.code }
-    // sh -c exec keeps the pid, so the signal is the process's own.
-    c.eq(got, want, `${name}: how it ended (${describe(r)})`)
-    if (e.stderr) c.ok(e.stderr.test(r.stderr), `${name}: stderr lacks ${e.stderr}`)
-    if (e.stdout) c.ok(e.stdout.test(r.stdout), `${name}: stdout lacks ${e.stdout}: ${r.stdout.trim()}`)
-    c.info.plain[name] = `${r.signal || r.code} in ${r.ms} ms`
+  for (const mode of MODES) {
+    for (const name of Object.keys(ENDINGS)) {
+      const e = ENDINGS[name]
+      const what = `${name} (${mode} mode)`
+      const file = path.join(dir, `${name}-${mode}.js`)
+      fs.writeFileSync(file, program(name, { sample: true, mode }))
+      const [cmd, args] = shellWrap(node, file)
+      const r = await run(cmd, args, { timeoutMs: 20000, cwd: dir, note: `plain ${what}` })
+      c.ok(!r.timedOut, `${what}: hung (killed after 20 s)`)
+      const want = e.signal ? { signal: e.signal } : { code: e.code }
+      const got = e.signal ? { signal: r.signal } : { code: r.code }
+      // sh -c exec keeps the pid, so the signal is the process's own.
+      c.eq(got, want, `${what}: how it ended (${describe(r)})`)
+      if (e.stderr) c.ok(e.stderr.test(r.stderr), `${what}: stderr lacks ${e.stderr}`)
+      if (e.stdout) c.ok(e.stdout.test(r.stdout), `${what}: stdout lacks ${e.stdout}: ${r.stdout.trim()}`)
+      c.info.plain[what] = `${r.signal || r.code} in ${r.ms} ms`
+    }
   }
 
   // 2. The same under the CLI, at 1 kHz.
   const cli = path.join(ROOT, 'bin', 'machsampler.js')
-  for (const name of ['normal', 'exit', 'throw', 'reject', 'sigterm', 'abort']) {
+  for (const [name, mode] of MODES.flatMap((m) => ['normal', 'exit', 'throw', 'reject', 'sigterm', 'abort'].map((n) => [n, m]))) {
     const e = ENDINGS[name]
+    const what = `CLI ${name} (${mode} mode)`
     const work = fs.mkdtempSync(path.join(dir, `cli-${name}-`))
     const file = path.join(work, 'app.js')
     fs.writeFileSync(file, program(name, { sample: false }))
     const out = path.join(work, 'out', 'profile.machprof')
     fs.mkdirSync(path.dirname(out))
-    const r = await run(node, [cli, 'record', '-q', '--interval', '1', '-o', out, '--', 'sh', '-c', 'ulimit -c 0; exec "$@"', 'sh', node, file], {
+    const r = await run(node, [cli, 'record', '-q', '--interval', '1', '--mode', mode, '-o', out, '--', 'sh', '-c', 'ulimit -c 0; exec "$@"', 'sh', node, file], {
       timeoutMs: 60000,
       cwd: work,
-      note: `cli ${name}`,
+      note: what,
     })
-    c.ok(!r.timedOut, `CLI ${name}: hung`)
+    c.ok(!r.timedOut, `${what}: hung`)
     const status = e.signal ? 128 + require('os').constants.signals[e.signal] : e.code
-    c.eq(r.code, status, `CLI ${name}: exit status (${describe(r)})`)
+    c.eq(r.code, status, `${what}: exit status (${describe(r)})`)
     const files = fs.readdirSync(path.dirname(out))
     if (name === 'abort') {
       // abort() runs no exit handler, so there is no profile: the CLI
       // must say so in one line and leave nothing behind.
-      c.eq(files, [], `CLI abort: files left in the output directory`)
+      c.eq(files, [], `${what}: files left in the output directory`)
       const lines = r.stderr.trim().split('\n').filter((l) => l.startsWith('machsampler:'))
-      c.ok(lines.length === 1 && /no profile was recorded/.test(lines[0]), `CLI abort: message ${JSON.stringify(r.stderr.slice(-300))}`)
+      c.ok(lines.length === 1 && /no profile was recorded/.test(lines[0]), `${what}: message ${JSON.stringify(r.stderr.slice(-300))}`)
     } else {
-      c.eq(files, ['profile.machprof'], `CLI ${name}: output directory`)
+      c.eq(files, ['profile.machprof'], `${what}: output directory`)
       if (files.includes('profile.machprof')) {
         try {
           const p = ms.loadProfile(out)
-          c.samples += p.samples.thread.length
-          c.ok(p.samples.thread.length > 100, `CLI ${name}: only ${p.samples.thread.length} samples`)
-          c.ok(p.symbols && p.symbols.functions.name.length > 0, `CLI ${name}: the profile has no names`)
-          c.info.cli[name] = `${r.code}, ${p.samples.thread.length} samples`
+          const n = weightSum(p)
+          c.samples += n
+          // 400 ms of the main thread and two workers spinning: in CPU
+          // mode about their CPU time in ms, in wall mode a sample a tick.
+          c.ok(n > 100, `${what}: only ${n} samples`)
+          c.eq(checkProfile(p, { mode }), 'ok', `${what}: the profile`)
+          c.ok(p.symbols && p.symbols.functions.name.length > 0, `${what}: the profile has no names`)
+          c.info.cli[what] = `${r.code}, ${n} samples in ${p.samples.thread.length} rows`
         } catch (err) {
-          c.ok(false, `CLI ${name}: the profile does not load: ${err.code} ${err.message}`)
+          c.ok(false, `${what}: the profile does not load: ${err.code} ${err.message}`)
         }
       }
     }
@@ -138,7 +179,7 @@ main(async (o, c) => {
 
   // 3. fork/spawn/exec loops while this process is sampled.
   const loops = o.loops ?? 60
-  const sampling = new Sampling(c, { intervalMs: 1, churnMs: 1000, what: 'lifecycle loops' })
+  const sampling = new Sampling(c, { intervalMs: 1, churnMs: 1000, mode: 'alternate', what: 'lifecycle loops' })
   const child = path.join(dir, 'echo-child.js')
   fs.writeFileSync(child, `process.on('message', (m) => { process.send({ back: m.n * 2 }); process.disconnect() })`)
   const counts = { fork: 0, spawn: 0, exec: 0, execFileSync: 0, spawnSync: 0 }
@@ -180,5 +221,48 @@ main(async (o, c) => {
   }
   sampling.stop()
   c.info.loops = counts
+
+  // 4. Children get no timers and no sampling signals, in each mode, with
+  // busy workers sampled too. fork() copies the calling thread only; POSIX
+  // timers and pending signals are not inherited, and nothing of the
+  // sampler runs in the copy: any signal it counts came from a timer or a
+  // sampler that should not be there.
+  const forks = o.forks ?? 6
+  const spinner = (x) => `const e = Date.now() + ${x}; let x = 0; while (Date.now() < e) x += Math.sqrt(x + 1)`
+  c.info.children = {}
+  for (const mode of MODES) {
+    const { Worker } = require('worker_threads')
+    const workers = [0, 1].map(() => new Worker('let x = 0; for (;;) x += Math.sqrt(x + 1)', { eval: true }))
+    const s = new Sampling(c, { intervalMs: 1, mode, what: `children (${mode} mode)` })
+    // This thread's timer is set (Sampling waits for it in CPU mode); let
+    // it run a little so the sampler is in its stride.
+    eval(spinner(50))
+    const got = []
+    for (let i = 0; i < forks; i++) {
+      const r = probe().forkAndCount(150)
+      got.push(r)
+      c.ok(r.complete && r.exitCode === 0 && r.termSignal === 0, `fork #${i} (${mode} mode): the child ended with ${r.exitCode}/${r.termSignal}, report ${r.complete ? 'complete' : 'incomplete'}`)
+      c.ok(r.count === 0, () => `fork #${i} (${mode} mode): the fork()ed child caught ${r.count} sampling signal(s) in ${r.cpuMs.toFixed(0)} ms of CPU: ${JSON.stringify(r.bySignal)}`)
+      c.ok(r.cpuMs >= 150, `fork #${i} (${mode} mode): the child burned only ${r.cpuMs} ms of CPU`)
+      const ex = cp.spawnSync(node, ['-e', EXEC_CHILD], { encoding: 'utf8', timeout: 20000 })
+      let view = null
+      try {
+        view = JSON.parse(ex.stdout)
+      } catch {}
+      c.ok(ex.status === 0 && view, `exec'd child #${i} (${mode} mode): ${ex.status} ${ex.signal} ${ex.stderr.slice(-200)}`)
+      if (view) {
+        // A kernel without /proc/<pid>/timers cannot be asked.
+        if (view.timers !== null) c.eq(view.timers.trim(), '', `exec'd child #${i} (${mode} mode): its POSIX timers`)
+        for (const field of ['SigPnd', 'ShdPnd', 'SigBlk', 'SigIgn']) c.eq(samplingSignalsIn(view.status, field), [], `exec'd child #${i} (${mode} mode): sampling signals in ${field}`)
+      }
+      progress(`children ${mode} #${i}`)
+    }
+    // The parent really was sampled meanwhile, with its timers (CPU mode).
+    const timers = posixTimers()
+    if (mode === 'cpu' && timers) c.ok(timers.length >= 3, `children (cpu mode): only ${timers.length} POSIX timers in the sampled parent`)
+    s.stop()
+    await Promise.all(workers.map((w) => w.terminate()))
+    c.info.children[mode] = { forks: got.length, caught: got.reduce((a, r) => a + r.count, 0), childCpuMs: Math.round(got.reduce((a, r) => a + r.cpuMs, 0)), parentTimers: timers ? timers.length : null }
+  }
   fs.rmSync(dir, { recursive: true, force: true })
 })

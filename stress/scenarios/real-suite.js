@@ -7,14 +7,19 @@
 // - without the sampler (the reference), and
 // - with the sampler preloaded at 1 kHz the way users preload it
 //   (NODE_OPTIONS="--require register.js", MACHSAMPLER_INTERVAL_MS=1),
-//   several times, and once under `machsampler record --interval 1`.
+//   several times, alternating MACHSAMPLER_MODE=cpu and wall, and once
+//   under `machsampler record --interval 1` in the mode after them.
 // Every run must report the same assertions with the same ok / not ok,
-// and each sampled run must leave a profile with samples.
+// and each sampled run must leave a profile with samples (counted by
+// weight) that is consistent with its mode.
 
 const fs = require('fs')
 const path = require('path')
 const { main, progress } = require('../lib/child')
 const { run, describe, tmpdir, ROOT } = require('../lib/proc')
+const { checkProfile, weightSum } = require('../lib/check')
+
+const MODES = ['cpu', 'wall']
 
 const PACKAGE = 'qs'
 const VERSION = '6.14.0'
@@ -101,26 +106,30 @@ main(async (o, c) => {
   const times = []
   for (let i = 0; i < runs; i++) {
     const out = path.join(dir, `run-${i}.machprof`)
+    const mode = MODES[i % 2]
+    const what = `sampled run ${i} (${mode} mode)`
     const r = await run(node, args, {
       cwd: PKG,
       env: {
         NODE_OPTIONS: `--require ${path.join(ROOT, 'register.js')}`,
         MACHSAMPLER_INTERVAL_MS: '1',
+        MACHSAMPLER_MODE: mode,
         MACHSAMPLER_OUTPUT: out,
       },
       timeoutMs: 120000,
       note: `suite with sampler #${i}`,
     })
     times.push(r.ms)
-    c.eq(r.code, ref.code, `sampled run ${i}: exit status (${describe(r)})`)
-    compare(c, refTap, parseTap(r.stdout), `sampled run ${i}`)
-    const profile = loadSamples(c, out, `sampled run ${i}`)
+    c.eq(r.code, ref.code, `${what}: exit status (${describe(r)})`)
+    compare(c, refTap, parseTap(r.stdout), what)
+    const profile = loadSamples(c, out, what, mode)
     c.samples += profile
     progress(`run ${i}`)
   }
   // Once through the CLI.
   const cliOut = path.join(dir, 'cli.machprof')
-  const r = await run(node, [path.join(ROOT, 'bin', 'machsampler.js'), 'record', '-q', '--interval', '1', '-o', cliOut, '--', node, ...args], {
+  const cliMode = MODES[runs % 2]
+  const r = await run(node, [path.join(ROOT, 'bin', 'machsampler.js'), 'record', '-q', '--interval', '1', '--mode', cliMode, '-o', cliOut, '--', node, ...args], {
     cwd: PKG,
     env,
     timeoutMs: 180000,
@@ -128,16 +137,17 @@ main(async (o, c) => {
   })
   c.eq(r.code, ref.code, `CLI run: exit status (${describe(r)})`)
   compare(c, refTap, parseTap(r.stdout), 'CLI run')
-  c.samples += loadSamples(c, cliOut, 'CLI run')
+  c.samples += loadSamples(c, cliOut, `CLI run (${cliMode} mode)`, cliMode)
   c.info.sampledMs = times
   fs.rmSync(dir, { recursive: true, force: true })
 })
 
-function loadSamples(c, file, what) {
+function loadSamples(c, file, what, mode) {
   try {
     const p = require('../..').loadProfile(file)
-    const n = p.samples.thread.length
+    const n = weightSum(p)
     c.ok(n > 50, `${what}: only ${n} samples in the profile`)
+    c.eq(checkProfile(p, { mode }), 'ok', `${what}: the profile`)
     return n
   } catch (e) {
     c.ok(false, `${what}: no profile: ${e.code} ${e.message}`)

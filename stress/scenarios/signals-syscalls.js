@@ -1,6 +1,9 @@
 'use strict'
-// Signals and syscalls at 1 kHz. Threads sit in blocking system calls
-// while the sampler's real-time signal keeps interrupting them:
+// Signals and syscalls at 1 kHz, in CPU mode (threads are interrupted only
+// by their own CPU timers, so only while they run) and in wall mode (the
+// sampler thread signals every thread that ran since its last sample,
+// wherever it is: threads sitting in blocking system calls are
+// interrupted, and must not notice). In each mode:
 // - fs.readSync on a FIFO with a slow writer, and fs.writeSync of 4 MB
 //   into a FIFO whose reader is slow (partial writes must be finished);
 // - a TCP and a Unix-socket echo, byte-exact;
@@ -25,6 +28,7 @@ const { main, progress } = require('../lib/child')
 const { Sampling } = require('../lib/sampler')
 const { runNode, describe, tmpdir, ADDON } = require('../lib/proc')
 const { delay } = require('../lib/check')
+const { cpuProblems } = require('../lib/cpu')
 
 // Each worker runs one activity `rounds` times and posts
 // { ok, bad: [messages], ops }.
@@ -277,14 +281,19 @@ async function selfSignals(c, times) {
 }
 
 // In a grandchild: SIGUSR1 starts the inspector while sampling at 1 kHz.
-const INSPECTOR_PROGRAM = (listener) => `
+// It reports its profile's consistency and the CPU account (cpu.js).
+const INSPECTOR_PROGRAM = (listener, mode) => `
 const ms = require(${JSON.stringify(ADDON)})
+const { checkProfile } = require(${JSON.stringify(path.join(__dirname, '..', 'lib', 'check.js'))})
+const { cpuWindow, account } = require(${JSON.stringify(path.join(__dirname, '..', 'lib', 'cpu.js'))})
 const inspector = require('inspector')
 const { Worker } = require('worker_threads')
 const w = new Worker('const e = Date.now() + 3000; let x = 0; while (Date.now() < e) x += Math.sqrt(x + 1)', { eval: true })
 let heard = 0
 ${listener ? "process.on('SIGUSR1', () => heard++)" : ''}
-ms.start({ intervalMs: 1 })
+const win = cpuWindow()
+ms.start({ intervalMs: 1, mode: '${mode}' })
+${mode === 'cpu' ? 'win.armed()' : ''}
 setTimeout(() => process.kill(process.pid, 'SIGUSR1'), 300)
 const t0 = Date.now()
 const poll = setInterval(() => {
@@ -294,7 +303,8 @@ const poll = setInterval(() => {
     setTimeout(() => {
       inspector.close()
       const p = ms.stop()
-      console.log(JSON.stringify({ url: url || null, heard, samples: p.samples.thread.length }))
+      const acc = account(p, win.end())
+      console.log(JSON.stringify({ url: url || null, heard, samples: p.stats.samplesCaptured, consistent: checkProfile(p, { mode: '${mode}' }), acc }))
       w.terminate().then(() => process.exit(0))
     }, 300)
   }
@@ -311,41 +321,66 @@ console.log('ready')
 setInterval(() => {}, 1000)
 `
 
-main(async (o, c) => {
+/**
+ * Rows of a profile that are fresh captures: busy rows, and idle rows
+ * whose stack differs from the thread's previous row. (Wall mode records
+ * a thread that did not run since its last sample by repeating its last
+ * stack, marked idle, without signalling it; a thread signalled while it
+ * waits in a system call is captured and marked idle too, and only that
+ * can bring a new stack.)
+ */
+function freshRows(p) {
+  const prev = new Map()
+  const fresh = new Uint8Array(p.samples.thread.length)
+  for (let i = 0; i < fresh.length; i++) {
+    const t = p.samples.thread[i]
+    const stack = p.samples.stack[i]
+    fresh[i] = !p.samples.idle[i] || prev.get(t) !== stack ? 1 : 0
+    prev.set(t, stack)
+  }
+  return fresh
+}
+
+const SYSCALL = /^(__GI_|__libc_|__)?(read|write|pread64|pwrite64|futex|__futex\w*|epoll_wait|epoll_pwait|poll|ppoll|nanosleep|clock_nanosleep|wait4|waitpid|recv|send|recvmsg|sendmsg|accept4?|connect|pthread_cond_\w*wait\w*|syscall|__lll_lock_wait\w*)$/
+
+/**
+ * One pass of every activity with the sampler in `mode`, restarted every
+ * 1.5 s. Returns the evidence of signals inside system calls: per
+ * activity, fresh captures of its worker whose leaf is a system-call
+ * wrapper.
+ */
+async function pass(o, c, mode, dir) {
   const rounds = o.rounds ?? 2
-  const dir = tmpdir('sig')
-  const fifo = path.join(dir, 'fifo')
+  const fifo = path.join(dir, `fifo-${mode}-`)
   for (let r = 0; r < rounds; r++) {
     execFileSync('mkfifo', [fifo + r])
     execFileSync('mkfifo', [fifo + 'big' + r])
   }
   const before = childSignalState()
-  const unixPath = path.join(dir, 'echo.sock')
+  const unixPath = path.join(dir, `echo-${mode}.sock`)
   const tcp = await echoServer([0, '127.0.0.1'])
   const unix = await echoServer([unixPath])
   const sab = new SharedArrayBuffer(4)
   const a = new Int32Array(sab)
 
-  // Evidence that signals landed inside blocking calls: busy samples of the
-  // workers whose leaf frame is a system-call wrapper.
   const inSyscall = {}
   let workersRef = []
-  const SYSCALL = /^(__GI_|__libc_|__)?(read|write|pread64|pwrite64|futex|__futex\w*|epoll_wait|epoll_pwait|poll|ppoll|nanosleep|clock_nanosleep|wait4|waitpid|recv|send|recvmsg|sendmsg|accept4?|connect|pthread_cond_\w*wait\w*|syscall|__lll_lock_wait\w*)$/
   const ms = require('../..')
   const onProfile = (p) => {
     const tids = new Map(workersRef.filter((w) => w.s.tid).map((w) => [w.s.tid, w.s.act]))
     if (tids.size === 0) return
     const syms = ms.symbolicate(p)
+    const fresh = freshRows(p)
     for (let i = 0; i < p.samples.thread.length; i++) {
-      if (p.samples.idle[i]) continue
+      if (!fresh[i]) continue
       const act = tids.get(p.threads[p.samples.thread[i]].tid)
       if (!act) continue
       const name = syms.functions.name[syms.frameFunction[p.stacks.frame[p.samples.stack[i]]]]
       if (SYSCALL.test(name)) inSyscall[act] = (inSyscall[act] || 0) + 1
     }
   }
-  const sampling = new Sampling(c, { intervalMs: 1, churnMs: 1500, what: 'signals', onProfile })
-  c.eq(childSignalState(), before, 'a child process sees the same signal mask and ignored set while sampling')
+  const sampling = new Sampling(c, { intervalMs: 1, churnMs: 1500, what: `signals (${mode})`, onProfile, mode })
+  c.eq(childSignalState(), before, `${mode} mode: a child process sees the same signal mask and ignored set while sampling`)
   const data = { rounds, fifo, bytes: 1 << 20, unixPath, sab, dir }
   const workers = [
     startWorker(c, 'fifoRead', data),
@@ -367,7 +402,7 @@ main(async (o, c) => {
     for (const { s } of workers) {
       if (!s.finished && Date.now() - s.last > 10000 && !s.reported) {
         s.reported = true
-        c.hang(`${s.act} worker made no progress for 10 s (after ${s.ops} operations)`)
+        c.hang(`${mode} mode: ${s.act} worker made no progress for 10 s (after ${s.ops} operations)`)
       }
     }
   }, 500)
@@ -381,17 +416,39 @@ main(async (o, c) => {
   sampling.stop()
   tcp.close()
   unix.close()
-  c.info.ops = Object.fromEntries(workers.map((wk, i) => [wk.s.act, results[i].ops]))
-  c.info.ops.tcpEcho = tcpDone
-  c.info.signalsHandled = counts
-  c.info.samplesInsideSyscalls = inSyscall
-  const interrupted = Object.values(inSyscall).reduce((x, y) => x + y, 0)
-  c.ok(interrupted > 50, `only ${interrupted} samples caught a worker inside a system call: the blocking calls were hardly interrupted`)
-  c.eq(childSignalState(), before, 'a child process sees the same signal mask and ignored set after sampling')
+  const info = (c.info[mode] = {})
+  info.ops = Object.fromEntries(workers.map((wk, i) => [wk.s.act, results[i].ops]))
+  info.ops.tcpEcho = tcpDone
+  info.signalsHandled = counts
+  info.freshSamplesInsideSyscalls = inSyscall
+  info.sampling = sampling.describe()
+  // Every worker computes between its blocking calls: in either mode the
+  // sampler's signals reached it (CPU mode: its own timer, while it ran).
+  for (const { s } of workers) {
+    c.ok((sampling.busyByTid.get(s.tid) || 0) > 0, `${mode} mode: the ${s.act} worker (tid ${s.tid}) was never sampled busy`)
+  }
+  if (mode === 'cpu') {
+    info.cpuMode = sampling.checkCpu({ minIntervals: 200 })
+  } else {
+    // Wall mode signals a thread that ran since its last sample wherever it
+    // is, so signals land inside the blocking calls (and must not break
+    // them, which every activity's own checks show).
+    const interrupted = Object.values(inSyscall).reduce((x, y) => x + y, 0)
+    c.ok(interrupted > 50, `wall mode: only ${interrupted} samples caught a worker inside a system call: the blocking calls were hardly interrupted`)
+  }
+  c.eq(childSignalState(), before, `${mode} mode: a child process sees the same signal mask and ignored set after sampling`)
+}
 
-  // Grandchildren: SIGUSR1 and the inspector, and unhandled signals.
-  for (const listener of [false, true]) {
-    const r = await runNode(INSPECTOR_PROGRAM(listener), { nodeArgs: ['--inspect-port=0'], timeoutMs: 20000, node: o.node })
+main(async (o, c) => {
+  const dir = tmpdir('sig')
+  // CPU mode: a thread is interrupted only by its own CPU timer, while it
+  // runs; wall mode: by the sampler thread, inside its blocking calls too.
+  for (const mode of ['cpu', 'wall']) await pass(o, c, mode, dir)
+
+  // Grandchildren: SIGUSR1 and the inspector (CPU mode), a SIGUSR1
+  // listener (wall mode), and unhandled signals.
+  for (const [listener, mode] of [[false, 'cpu'], [true, 'wall']]) {
+    const r = await runNode(INSPECTOR_PROGRAM(listener, mode), { nodeArgs: ['--inspect-port=0'], timeoutMs: 20000, node: o.node })
     let out = null
     try {
       out = JSON.parse(r.stdout.trim().split('\n').pop())
@@ -399,7 +456,15 @@ main(async (o, c) => {
     c.ok(r.code === 0 && out, `SIGUSR1${listener ? ' with a listener' : ''}: ${describe(r)}`)
     if (!out) continue
     c.samples += out.samples
-    c.ok(out.samples > 100, `SIGUSR1: only ${out.samples} samples`)
+    c.eq(out.consistent, 'ok', `SIGUSR1 (${mode} mode): the profile`)
+    // The busy worker: its CPU time in CPU mode, a sample per tick in wall mode.
+    const busiest = out.acc.threads.reduce((a, t) => (t.cpuNs > a.cpuNs ? t : a))
+    if (mode === 'cpu') {
+      for (const m of cpuProblems(out.acc.threads, { minIntervals: 100 })) c.ok(false, `SIGUSR1 (CPU mode): ${m}`)
+      c.ok(busiest.busy > 0, `SIGUSR1 (CPU mode): the busiest thread (${busiest.cpuNs / 1e6} ms of CPU) has no sample`)
+    } else {
+      c.ok(busiest.busy > 0 && busiest.busy + busiest.idle >= out.acc.ticks * 0.8, `SIGUSR1 (wall mode): the busy worker has ${busiest.busy} busy and ${busiest.idle} idle samples in ${out.acc.ticks} ticks`)
+    }
     if (listener) c.eq(out.heard, 1, 'SIGUSR1 listener calls')
     else c.ok(out.url && out.url.startsWith('ws://'), `SIGUSR1 did not start the inspector (url ${out.url})`)
     c.info[listener ? 'sigusr1Listener' : 'sigusr1Inspector'] = listener ? `heard ${out.heard}` : out.url

@@ -1,17 +1,21 @@
 'use strict'
 // Start/stop churn: thousands of start()/stop() cycles from the main
-// thread at 1 kHz while worker_threads compute and allocate, while
-// short-lived workers exit right around each stop() (stop racing thread
-// exit), and while another worker starts and stops the sampler itself
-// (the sampler is process-wide: EAGAIN and ESRCH are the only allowed
-// answers to a lost race). Every profile is checked; memory must stay
-// bounded and no thread may be left behind.
+// thread at 1 kHz, alternating CPU and wall mode, while worker_threads
+// compute and allocate, while short-lived workers exit right around each
+// stop() (stop racing thread exit: in CPU mode, with their timers armed),
+// and while another worker starts and stops the sampler itself (the
+// sampler is process-wide: EAGAIN and ESRCH are the only allowed answers
+// to a lost race). Every profile is checked against its mode; memory must
+// stay bounded and no thread may be left behind. Then, with the rival
+// gone, cycles in each mode whose stop() is followed by a few
+// milliseconds of watching: no sampling signal may arrive and no timer
+// may be left once stop() has returned.
 
 const fs = require('fs')
 const path = require('path')
 const { Worker } = require('worker_threads')
 const { main, progress } = require('../lib/child')
-const { ms } = require('../lib/sampler')
+const { ms, quietAfterStop, checkQuiet } = require('../lib/sampler')
 const { spin, rng } = require('../lib/check')
 const { ADDON } = require('../lib/proc')
 
@@ -22,18 +26,28 @@ const BUSY = `const { workerData } = require('worker_threads')
 
 const SHORT = `let x = 0; for (let i = 0; i < require('worker_threads').workerData.n; i++) x += i`
 
+// The rival samples every 2 ms, so a profile of its session is known by
+// its interval (the main thread's are 1 ms) and checked as CPU mode.
 const RIVAL = `const { workerData, parentPort } = require('worker_threads')
   const ms = require(workerData.addon)
   const flag = new Int32Array(workerData.stop)
+  const { checkProfile } = require(workerData.check)
   const codes = {}
+  const inconsistent = []
   let started = 0
   while (Atomics.load(flag, 0) === 0) {
-    try { ms.start({ intervalMs: 1 }); started++ } catch (e) { codes['start:' + e.code] = (codes['start:' + e.code] || 0) + 1 }
+    try { ms.start({ intervalMs: 2 }); started++ } catch (e) { codes['start:' + e.code] = (codes['start:' + e.code] || 0) + 1 }
     Atomics.wait(flag, 0, 0, 1 + (started % 3))
-    try { const p = ms.stop(); codes.samples = (codes.samples || 0) + p.samples.thread.length } catch (e) { codes['stop:' + e.code] = (codes['stop:' + e.code] || 0) + 1 }
+    try {
+      const p = ms.stop()
+      codes.samples = (codes.samples || 0) + p.stats.samplesCaptured
+      // Its own session (2 ms), or one of the main thread's it stopped.
+      const problem = checkProfile(p, p.intervalNs === 2000000n ? { mode: 'cpu' } : {})
+      if (problem !== 'ok') inconsistent.push(problem)
+    } catch (e) { codes['stop:' + e.code] = (codes['stop:' + e.code] || 0) + 1 }
     Atomics.wait(flag, 0, 0, 50)
   }
-  parentPort.postMessage({ started, codes })`
+  parentPort.postMessage({ started, codes, inconsistent: inconsistent.slice(0, 5), inconsistentCount: inconsistent.length })`
 
 // Watches the main thread from a worker: when a start() or stop() has
 // been running for over a second, it saves every thread's backtrace (gdb,
@@ -62,6 +76,37 @@ const STALL_CATCHER = `const { workerData } = require('worker_threads')
     }
   }`
 
+const modeOf = (i) => (i % 2 ? 'wall' : 'cpu')
+
+/**
+ * `n` cycles per mode, with the busy workers running and nobody else
+ * starting the sampler: start, run 1-4 ms, stop, then watch 3 ms for late
+ * sampling signals and left timers.
+ */
+async function quietCycles(c, n, random) {
+  const out = {}
+  for (const mode of ['cpu', 'wall']) {
+    const o = (out[mode] = { cycles: 0, late: 0, void: 0 })
+    for (let i = 0; i < n; i++) {
+      ms.start({ intervalMs: 1, mode })
+      spin(1 + Math.floor(random() * 4))
+      const p = ms.stop()
+      c.profile(p, `quiet cycle ${i} (${mode} mode)`, mode)
+      const q = quietAfterStop(p, 3)
+      if (!q) o.void++
+      else {
+        o.cycles++
+        if (q.count) o.late++
+      }
+      checkQuiet(c, q, mode, `quiet cycle ${i}`)
+      progress(`quiet cycle ${i} (${mode})`)
+      if (i % 10 === 0) await new Promise((r) => setImmediate(r))
+    }
+    c.ok(o.cycles === n, `${mode} mode: only ${o.cycles} of ${n} quiet cycles could be watched`)
+  }
+  return out
+}
+
 function percentiles(v) {
   const s = [...v].sort((a, b) => a - b)
   const at = (q) => +(s[Math.min(s.length - 1, Math.floor(q * s.length))] || 0).toFixed(2)
@@ -84,7 +129,7 @@ main(async (o, c) => {
   const stopFlag = new SharedArrayBuffer(4)
   const rivalResult = o.rival === false
     ? Promise.resolve({ started: 0, codes: {} })
-    : new Promise((r) => new Worker(RIVAL, { eval: true, workerData: { addon: ADDON, stop: stopFlag } }).once('message', r))
+    : new Promise((r) => new Worker(RIVAL, { eval: true, workerData: { addon: ADDON, stop: stopFlag, check: path.join(__dirname, '..', 'lib', 'check.js') } }).once('message', r))
   let racers = 0
   const racerExits = []
   const codes = {}
@@ -114,7 +159,7 @@ main(async (o, c) => {
     stall[1] = 1
     stall[0] = Date.now()
     try {
-      ms.start({ intervalMs: 1, ...(o.jsNames === false ? { jsNames: false } : {}), ...(i % 7 === 0 ? { maxStackDepth: 1 + (i % 1024) } : {}), ...(i % 11 === 0 ? { nativeUnwinding: false } : {}) })
+      ms.start({ intervalMs: 1, mode: modeOf(i), ...(o.jsNames === false ? { jsNames: false } : {}), ...(i % 7 === 0 ? { maxStackDepth: 1 + (i % 1024) } : {}), ...(i % 11 === 0 ? { nativeUnwinding: false } : {}) })
     } catch (e) {
       stall[0] = 0
       c.ok(e.code === 'EAGAIN', `cycle ${i}: start() threw ${e.code}: ${e.message}`)
@@ -144,7 +189,8 @@ main(async (o, c) => {
     }
     maxStopMs = Math.max(maxStopMs, Number(process.hrtime.bigint() - s1) / 1e6)
     stopTimes.push(Number(process.hrtime.bigint() - s1) / 1e6)
-    c.profile(p, `cycle ${i}`)
+    if (p.intervalNs === 1000000n) c.profile(p, `cycle ${i} (${modeOf(i)} mode)`, modeOf(i))
+    else c.profile(p, `cycle ${i}: the rival's session`, 'cpu')
     done++
     if (i === 200) rss200 = rssMB()
     progress(`cycle ${i}`)
@@ -156,9 +202,10 @@ main(async (o, c) => {
   const rivalSaw = await rivalResult
   await catcherExit
   await Promise.all(racerExits)
-  for (const w of busy) await w.terminate()
-  if (ms.isRunning()) c.profile(ms.stop(), 'rival leftover')
+  if (ms.isRunning()) c.profile(ms.stop(), 'rival leftover', 'cpu')
   c.ok(!ms.isRunning(), 'the sampler is still running at the end')
+  const quiet = await quietCycles(c, o.quietCycles ?? 150, random)
+  for (const w of busy) await w.terminate()
   await new Promise((r) => setTimeout(r, 300))
   const tasks = fs.readdirSync('/proc/self/task').length
   const rssEnd = rssMB()
@@ -174,9 +221,11 @@ main(async (o, c) => {
     if (k === 'samples') continue
     c.ok(k === 'start:EAGAIN' || k === 'stop:ESRCH', `rival worker got ${k}`)
   }
+  c.eq(rivalSaw.inconsistentCount || 0, 0, `profiles the rival worker stopped that were inconsistent (${JSON.stringify(rivalSaw.inconsistent)})`)
   c.samples += rivalSaw.codes.samples || 0
   c.info = {
     cycles: done,
+    quietAfterStop: quiet,
     msPerCycle: +(elapsed / done).toFixed(2),
     startMs: percentiles(startTimes),
     stopMs: percentiles(stopTimes),

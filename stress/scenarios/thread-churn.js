@@ -1,11 +1,16 @@
 'use strict'
 // Thread churn: about 1000 worker_threads a minute are created and
 // destroyed while the sampler runs at 1 kHz (stopped and restarted every
-// 2 s). The mix: workers that compute and return a checked result,
-// workers terminated mid-work, workers that load the addon themselves
-// (and query it, try to start it, are terminated inside it, or exit with
-// process.exit), and workers that throw. Every worker must end the way
-// its kind says, with the right exit code.
+// 2 s, alternating CPU and wall mode). The mix: workers that compute and
+// return a checked result, workers terminated mid-work, workers that load
+// the addon themselves (and query it, try to start it, are terminated
+// inside it, or exit with process.exit), and workers that throw. Every
+// worker must end the way its kind says, with the right exit code. In CPU
+// mode every thread has a CPU-time timer, and threads die with theirs
+// armed: the process's timers (/proc/self/timers) are watched all along,
+// and timers of exited threads must stay few (they go when the sampler
+// next lists threads), none may outlive a session, and no sampling signal
+// may arrive after a stop() has returned.
 
 const fs = require('fs')
 const { Worker } = require('worker_threads')
@@ -75,7 +80,8 @@ main(async (o, c) => {
   const maxAlive = o.maxAlive ?? 8
   const random = rng(o.seed ?? 7)
   const baseline = taskCount()
-  const sampling = new Sampling(c, { intervalMs: 1, churnMs: 2000, what: 'thread-churn' })
+  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 2000, what: 'thread-churn', mode: o.mode ?? 'alternate' })
+  const timerWatch = setInterval(() => sampling.watchTimers(), 25)
   const counts = {}
   const inFlight = new Set()
   let created = 0
@@ -132,12 +138,17 @@ main(async (o, c) => {
     launch(KIND_NAMES[i++ % KIND_NAMES.length])
   }
   await Promise.all(inFlight)
+  clearInterval(timerWatch)
   sampling.stop()
   const rate = (created / ((Date.now() - startedAt) / 60000)).toFixed(0)
   c.info.workers = created
   c.info.perMinute = Number(rate)
   c.info.kinds = Object.fromEntries(Object.entries(counts).map(([k, v]) => [k, `${v.ok}/${v.n}`]))
-  c.info.sessions = sampling.sessions
+  c.info.sampling = sampling.describe()
+  for (const mode of sampling.modes) c.ok(sampling.sessionsByMode[mode] > 0, `no ${mode}-mode session completed`)
+  // At most maxAlive workers live at once, so as many timers of exited
+  // threads at once means timers are not deleted with their threads.
+  sampling.checkTimers(maxAlive)
   c.ok(created >= perMinute * seconds / 60 * 0.6, `only ${created} workers in ${seconds} s (${rate}/min)`)
   // Every worker is gone: no thread was left behind by the sampler.
   await new Promise((r) => setTimeout(r, 300))

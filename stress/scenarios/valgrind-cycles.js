@@ -1,7 +1,8 @@
 'use strict'
 // `--sanitizers`: the addon under valgrind memcheck, in Node.
 // 1. Leaks across start/stop: the same program with 10 and with 1000
-//    start/stop cycles at 1 kHz (a worker busy), each profile converted to
+//    start/stop cycles at 1 kHz (a worker busy), alternating CPU and wall
+//    mode (each has its own timers and buffers), each profile converted to
 //    JS; at the end one profile is symbolicated, exported and reported, in
 //    both runs alike (symbolicate() keeps module symbol tables cached for
 //    the life of the process, tens of MB for node itself: by design, and
@@ -30,10 +31,10 @@ let samples = 0
 const spin = (t) => { const e = Date.now() + t; let x = 0; while (Date.now() < e) x += Math.sqrt(x + 1) }
 let last
 for (let i = 0; i < n; i++) {
-  ms.start({ intervalMs: 1 })
+  ms.start({ intervalMs: 1, mode: i % 2 ? 'wall' : 'cpu' })
   spin(5)
   last = ms.stop()
-  samples += last.samples.thread.length
+  samples += last.stats.samplesCaptured
 }
 last.symbols = ms.symbolicate(last)
 ms.exportProfile(last, 'pprof')

@@ -11,6 +11,19 @@ const addonPath = path.join(__dirname, '..', '..')
 // runs in workers as well).
 const loaded = process.env.BENCH_SAMPLER_INTERVAL ? require(addonPath) : null
 
+// @datadog/pprof's wall-time profiler (BENCH_DDPPROF_INTERVAL, in ms)
+// profiles one isolate: it is started in every isolate, main and workers,
+// so that it covers what the others cover.
+const { isMainThread } = require('worker_threads')
+const ddInterval = Number(process.env.BENCH_DDPPROF_INTERVAL || 0)
+const dd = ddInterval ? require('@datadog/pprof').time : null
+if (dd && !isMainThread) dd.start({ intervalMicros: ddInterval * 1000, durationMillis: 3600000 })
+
+/** Called by a worker when its work is done: stops what profiles its isolate. */
+function workerDone() {
+  if (dd) dd.stop()
+}
+
 // The CPU-bound kernel of cpu.js and toggle.js: numeric work, allocation
 // and string building, so the stacks cover JIT code, the GC and runtime
 // builtins.
@@ -31,10 +44,11 @@ let windowCpu = null
 
 function maybeStartSampler() {
   windowCpu = process.cpuUsage()
+  if (dd) dd.start({ intervalMicros: ddInterval * 1000, durationMillis: 3600000 })
   const interval = process.env.BENCH_SAMPLER_INTERVAL
   if (!interval) return null
   const ms = loaded
-  ms.start({ intervalMs: Number(interval), jsNames: process.env.BENCH_JS_NAMES !== '0' })
+  ms.start({ intervalMs: Number(interval), jsNames: process.env.BENCH_JS_NAMES !== '0', mode: process.env.BENCH_MODE || 'cpu' })
   return ms
 }
 
@@ -45,12 +59,14 @@ function finish(ms, result) {
   }
   const all = process.cpuUsage()
   result.processCpuSec = (all.user + all.system) / 1e6
+  if (dd) result.ddpprofStacks = dd.stop().sample.length
   if (ms) {
     const t0 = process.hrtime.bigint()
     const p = ms.stop()
     result.stopMs = Number(process.hrtime.bigint() - t0) / 1e6
     result.stats = p.stats
-    result.samples = p.samples.thread.length
+    result.samples = p.stats.samplesCaptured
+    result.rows = p.samples.thread.length
     if (process.env.BENCH_PROFILE_OUT) {
       const out = process.env.BENCH_PROFILE_OUT
       ms.saveProfile(p, out)
@@ -59,4 +75,4 @@ function finish(ms, result) {
   process.stdout.write(JSON.stringify(result) + '\n')
 }
 
-module.exports = { maybeStartSampler, finish, addonPath, kernel }
+module.exports = { maybeStartSampler, finish, workerDone, addonPath, kernel }

@@ -1,9 +1,9 @@
 'use strict'
-// CPU-bound: the main thread plus 3 worker_threads each run a JS kernel for
+// CPU-bound: the main thread plus BENCH_WORKERS (3) worker_threads each run a JS kernel for
 // BENCH_SECONDS (after a warm-up) and count operations.
 const { Worker, isMainThread, parentPort, workerData } = require('worker_threads')
 // Loads the addon (when sampling) on every thread, as a preload would.
-const { kernel, maybeStartSampler, finish } = require('./common')
+const { kernel, maybeStartSampler, finish, workerDone } = require('./common')
 
 function run(seconds) {
   let ops = 0
@@ -30,5 +30,7 @@ if (isMainThread) {
   })
 } else {
   run(0.5)
-  parentPort.postMessage(run(workerData.seconds))
+  const ops = run(workerData.seconds)
+  workerDone()
+  parentPort.postMessage(ops)
 }

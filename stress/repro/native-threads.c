@@ -12,6 +12,9 @@
 //   idle=N    N threads that sleep for good
 //   small     a thread with a 64 KiB stack that recurses until 60 KiB are
 //             used and spins there
+//   sort      a busy thread, as another addon's worker would be: qsort()
+//             with a comparator, in a loop (libc code without frame
+//             pointers, called back into this library)
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -140,6 +143,25 @@ static void *small_thread(void *arg) {
   return (void *)recurse(0, &top);
 }
 
+// ---- sort
+static int compare_keys(const void *a, const void *b) {
+  unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void *sort_thread(void *arg) {
+  (void)arg;
+  static unsigned long keys[4096];
+  unsigned long seed = 1;
+  pthread_setname_np(pthread_self(), "addon-sort");
+  while (!done) {
+    for (int i = 0; i < 4096; i++) keys[i] = seed = seed * 6364136223846793005ul + 1442695040888963407ul;
+    qsort(keys, 4096, sizeof keys[0], compare_keys);
+    sink += keys[0];
+  }
+  return NULL;
+}
+
 static void start(void *(*fn)(void *), size_t stack) {
   pthread_t t;
   pthread_attr_t a;
@@ -177,6 +199,7 @@ __attribute__((constructor)) static void init(void) {
   else if (!strcmp(what, "eintr")) start(eintr_thread, 0);
   else if (!strcmp(what, "sigwait")) start(sigwait_thread, 0);
   else if (!strcmp(what, "small")) start(small_thread, 64 * 1024);
+  else if (!strcmp(what, "sort")) start(sort_thread, 0);
   else if (!strncmp(what, "idle=", 5)) {
     int n = atoi(what + 5);
     for (int i = 0; i < n; i++) start(idle_thread, 64 * 1024);

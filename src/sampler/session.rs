@@ -411,9 +411,14 @@ pub fn run<B: Backend>(
         f(start_ns);
     }
 
+    // Whether stop() ended the loop (rather than the duration).
+    let mut stopped = false;
     loop {
         match stop.try_recv() {
-            Ok(()) | Err(TryRecvError::Disconnected) => break,
+            Ok(()) | Err(TryRecvError::Disconnected) => {
+                stopped = true;
+                break;
+            }
             Err(TryRecvError::Empty) => {}
         }
         let now = backend.now_ns();
@@ -522,7 +527,7 @@ pub fn run<B: Backend>(
     stats.samples_lost.add(counters.lost);
     stats.foreign_stacks.add(counters.foreign_stacks);
     stats.signal_taken_over.set(counters.signal_taken_over as u64);
-    if sampling_ends.is_some() {
+    if !stopped {
         // Sampling ended early; the session lasts until stop() all the same.
         let _ = stop.recv();
     }
@@ -880,6 +885,26 @@ mod tests {
         let arc = Arc::new(shared);
         let rec = run(b, opts, &arc, rx, Hooks::default());
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30]);
+    }
+
+    #[test]
+    fn stop_before_the_duration_ends_returns() {
+        let (b, rx, _) = fake(5, &[1]);
+        let shared = Arc::new(Shared::default());
+        let opts = SamplerOptions {
+            interval_ns: 1_000_000,
+            mode: Mode::Wall,
+            duration_ns: Some(3_600_000_000_000),
+            ..Default::default()
+        };
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            let rec = run(b, opts, &s, rx, Hooks::default());
+            let _ = done_tx.send(rec.stats.ticks);
+        });
+        let ticks = done_rx.recv_timeout(std::time::Duration::from_secs(10)).expect("stop() returned");
+        assert_eq!(ticks, 5);
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
     let watch = perf_map.clone();
     let on_tick = Box::new(move |now_ns| watch.lock().unwrap_or_else(PoisonError::into_inner).observe(now_ns));
-    let hooks = Hooks { rewrite, on_tick: Some(on_tick) };
+    let hooks = Hooks { rewrite, on_tick: Some(on_tick), observer: None };
     let sampler = RunningSampler::spawn(backend, options, shared().clone(), hooks);
     if sampler.is_err() {
         stop_js_frames();

@@ -54,3 +54,38 @@ pub trait Observer: Send + Sync {
     /// sample was, for `ns` more of wall-clock time.
     fn on_idle(&self, _tid: u64, _time_ns: u64, _ns: u64) {}
 }
+
+/// An observer set once, possibly after the loop started: loops are given
+/// the slot, so an observer set while a session runs is served at once.
+/// Empty, it costs a load per call.
+#[derive(Default)]
+pub struct ObserverSlot(std::sync::OnceLock<std::sync::Arc<dyn Observer>>);
+
+impl ObserverSlot {
+    /// Sets the observer; false if one was set already.
+    pub fn set(&self, observer: std::sync::Arc<dyn Observer>) -> bool {
+        self.0.set(observer).is_ok()
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.get().is_some()
+    }
+}
+
+impl Observer for ObserverSlot {
+    fn on_wake(&self, now_ns: u64, live: &[ThreadEntry], capture: &mut Vec<ThreadEntry>) -> u64 {
+        self.0.get().map_or(u64::MAX, |o| o.on_wake(now_ns, live, capture))
+    }
+
+    fn on_sample(&self, sample: &ObservedSample<'_>) {
+        if let Some(o) = self.0.get() {
+            o.on_sample(sample)
+        }
+    }
+
+    fn on_idle(&self, tid: u64, time_ns: u64, ns: u64) {
+        if let Some(o) = self.0.get() {
+            o.on_idle(tid, time_ns, ns)
+        }
+    }
+}

@@ -75,6 +75,8 @@ function main() {
     return
   }
 
+  if (settings.stallsMs !== undefined) watchForRecord(ms, sessionDir, settings.stallsMs)
+
   let statusTimer = null
   const statusFile = sessionDir && path.join(sessionDir, 'status.json')
   function writeStatus(state) {
@@ -142,5 +144,37 @@ function main() {
     statusTimer.unref()
   }
 }
+
+/**
+ * `record --stalls <ms>`: each stall of the main thread's loop goes to the
+ * session directory (its summary first, then the profile, atomically), for
+ * the CLI to convert and print. A stall that lasts long enough is written
+ * from the sampler's side too, as a hang: a deadlocked program never runs
+ * JavaScript again, and may only end by SIGKILL.
+ */
+function watchForRecord(ms, sessionDir, thresholdMs) {
+  let n = 0
+  try {
+    ms.watchStalls({
+      thresholdMs,
+      hangAfterMs: Math.max(HANG_AFTER_MS, 2 * thresholdMs),
+      hangDir: sessionDir,
+      onStall(stall) {
+        n += 1
+        try {
+          fs.writeFileSync(path.join(sessionDir, `stall-${n}.txt`), stall.summary)
+          ms.saveProfile(stall.profile, path.join(sessionDir, `stall-${n}.machprof`), { format: 'machprof', compress: false })
+        } catch (e) {
+          warn(`cannot write stall ${n}: ${e.message}`)
+        }
+      },
+    })
+  } catch (e) {
+    warn(`cannot watch for stalls: ${e.message}`)
+  }
+}
+
+/** How long a stall lasts before `record --stalls` writes it as a hang, at least. */
+const HANG_AFTER_MS = 10000
 
 main()

@@ -13,6 +13,9 @@
 //   MACHSAMPLER_NO_JS_NAMES=1 start({ jsNames: false })
 //   MACHSAMPLER_DURATION_S    stop sampling after this many seconds
 //   MACHSAMPLER_LIVE=1        keep the status file up to date
+//   MACHSAMPLER_STALLS_MS     watch the main thread's event loop for stalls
+//                             this long; each goes to the session directory
+//                             as stall-<n>.machprof and stall-<n>.txt
 // Set by users (with `node -r machsampler/register`):
 //   MACHSAMPLER_OUTPUT        the file to write, default
 //                             machsampler-<pid>.machprof
@@ -36,7 +39,7 @@ function quote(arg) {
  * The environment for a program `record` runs: the caller's, with the
  * preload added to NODE_OPTIONS and the session settings.
  */
-function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, nodeFlags = [] }) {
+function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, stallsMs, nodeFlags = [] }) {
   const original = base.NODE_OPTIONS || ''
   const env = {
     ...base,
@@ -51,6 +54,7 @@ function forRecordedProgram(base, { sessionDir, intervalMs, maxStackDepth, buffe
   if (mode !== undefined) env.MACHSAMPLER_MODE = mode
   if (durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(durationS)
   if (live) env.MACHSAMPLER_LIVE = '1'
+  if (stallsMs !== undefined) env.MACHSAMPLER_STALLS_MS = String(stallsMs)
   return env
 }
 
@@ -74,6 +78,7 @@ function readSettings(env) {
     durationS: number(env, 'MACHSAMPLER_DURATION_S'),
     output: sessionDir ? undefined : env.MACHSAMPLER_OUTPUT || undefined,
     live: Boolean(sessionDir) && env.MACHSAMPLER_LIVE === '1',
+    stallsMs: sessionDir ? number(env, 'MACHSAMPLER_STALLS_MS') : undefined,
   }
 }
 

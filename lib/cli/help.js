@@ -52,6 +52,12 @@ Options:
       --perf-map        also name them from V8's perf map (adds
                         --perf-basic-prof-only-functions to the program)
       --idle            count idle samples in the summary and flame graphs
+      --stalls <ms>     also watch the main thread's event loop: each time it
+                        does not turn for <ms> (20 to 60000), write the seconds
+                        before and the stall, every thread, to
+                        <output>-stall-<n>.<ext> and print its summary; a stall
+                        of 10 s or more is also written as <output>-hang-<n>
+                        while it lasts (a deadlock never ends)
       --symbol-path <list>  symbol directories and symbol servers, separated
                         by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
                         Breakpad .sym files, ELF debug files, and https://

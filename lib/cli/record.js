@@ -47,6 +47,7 @@ const SPEC = {
   idle: { type: 'boolean' },
   quiet: { type: 'boolean', short: 'q' },
   'symbol-path': { type: 'string' },
+  stalls: { type: 'string' },
 }
 
 function timestamp(d = new Date()) {
@@ -133,6 +134,15 @@ function parseRecordArgs(argv) {
       throw new CliError(`${flag}: ${e.message}`, USAGE)
     }
   }
+  const stallsMs = number(values, 'stalls')
+  if (stallsMs !== undefined) {
+    try {
+      // watchStalls()'s own validation, so the range and message are the API's.
+      addon.checkWatchStallsOptions({ thresholdMs: stallsMs })
+    } catch (e) {
+      throw new CliError(`--stalls: ${e.message}`, USAGE)
+    }
+  }
   const durationS = number(values, 'duration')
   if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
     throw new CliError(`--duration must be a positive number of seconds, got '${values.duration}'`, USAGE)
@@ -149,6 +159,7 @@ function parseRecordArgs(argv) {
     bufferSamples,
     mode,
     durationS,
+    stallsMs,
     jitNames: values['no-jit-names'] !== true,
     perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
     includeIdle: values.idle === true,
@@ -167,6 +178,7 @@ function childEnv(opts, sessionDir, live) {
     durationS: opts.durationS,
     jsNames: opts.jitNames,
     live,
+    stallsMs: opts.stallsMs,
     nodeFlags: opts.perfMap ? PERF_MAP_FLAGS : [],
   })
 }
@@ -309,6 +321,46 @@ function summary(opts, result) {
   return lines.join('\n') + '\n'
 }
 
+/**
+ * `--stalls`: converts what the program wrote for each stall (and each
+ * hang, a stall written before it ended) to `<output>-stall-<n>.<ext>`
+ * (`-hang-<n>`), and prints its summary. Returns the files written.
+ */
+function writeStalls(opts, sessionDir) {
+  const ext = extensionOf(opts.format)
+  const stem = opts.output.endsWith(`.${ext}`) ? opts.output.slice(0, -(ext.length + 1)) : opts.output
+  const found = []
+  for (const name of fs.readdirSync(sessionDir)) {
+    const stall = /^stall-(\d+)\.machprof$/.exec(name)
+    const hang = /^machsampler-hang-\d+-(\d+)\.machprof$/.exec(name)
+    if (stall) found.push({ kind: 'stall', n: Number(stall[1]), name })
+    if (hang) found.push({ kind: 'hang', n: Number(hang[1]), name })
+  }
+  found.sort((a, b) => a.kind.localeCompare(b.kind) || a.n - b.n)
+  const written = []
+  for (const { kind, n, name } of found) {
+    const output = `${stem}-${kind}-${n}.${ext}`
+    let summaryText = ''
+    try {
+      summaryText = fs.readFileSync(path.join(sessionDir, name.replace(/\.machprof$/, '.txt')), 'utf8')
+    } catch {
+      // Written without its summary: the profile is what matters.
+    }
+    try {
+      processFile(path.join(sessionDir, name), { symbols: opts.symbols, output, save: { format: opts.format, includeIdle: true }, reports: [] })
+    } catch (e) {
+      process.stderr.write(`machsampler: cannot write ${kind} ${n}: ${e.message}\n`)
+      continue
+    }
+    written.push(output)
+    if (!opts.quiet) {
+      const what = kind === 'hang' ? `hang ${n} (the loop had not turned yet)` : `stall ${n}`
+      process.stderr.write(`machsampler: ${what}: wrote ${output} (${opts.format})\n${summaryText.replace(/\n?$/, '\n')}\n`)
+    }
+  }
+  return written
+}
+
 async function record(argv) {
   const opts = parseRecordArgs(argv)
   if (opts.help) {
@@ -325,6 +377,9 @@ async function record(argv) {
     } finally {
       stopLive()
     }
+    // Stalls first: a program killed in a hang writes no profile, but may
+    // have written the hang.
+    if (opts.stallsMs !== undefined) writeStalls(opts, sessionDir)
     const raw = path.join(sessionDir, 'raw.machprof')
     if (!fs.existsSync(raw)) throw noProfile(opts, status, sessionDir)
     const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle }))

@@ -104,7 +104,7 @@ fn number(key: &str, v: &Unknown) -> JsResult<f64> {
     }
 }
 
-fn parse<'env>(options: Unknown<'env>) -> JsResult<(StallOptions, Function<'env>)> {
+fn parse<'env>(options: Unknown<'env>) -> JsResult<(StallOptions, Option<Function<'env>>)> {
     let mut o = StallOptions::default();
     let mut on_stall = None;
     for (key, v) in entries(options, "options")? {
@@ -145,9 +145,17 @@ fn parse<'env>(options: Unknown<'env>) -> JsResult<(StallOptions, Function<'env>
             other => return Err(einval(format!("unknown option '{other}'; valid options are {WATCH_KEYS}"))),
         };
     }
-    let o = o.check().map_err(js_error)?;
-    let on_stall = on_stall.ok_or_else(|| einval("options.onStall must be a function: it is given each stall"))?;
-    Ok((o, on_stall))
+    Ok((o.check().map_err(js_error)?, on_stall))
+}
+
+/// Checks options exactly as {@link watchStalls} does, without watching
+/// (`onStall` may be left out): the CLI validates `--stalls` before it
+/// runs the program.
+///
+/// @throws `EINVAL` with watchStalls()'s message for a bad option.
+#[napi(ts_args_type = "options: Partial<WatchStallsOptions>")]
+pub fn check_watch_stalls_options(options: Unknown) -> Result<(), &'static str> {
+    parse(options).map(|_| ())
 }
 
 /// The thread-safe function that wakes the watched thread, while it lives.
@@ -372,6 +380,7 @@ impl StallWatcher {
 #[napi(ts_args_type = "options: WatchStallsOptions", ts_return_type = "StallWatcher")]
 pub fn watch_stalls(env: &Env, options: Unknown) -> Result<StallWatcher, &'static str> {
     let (options, on_stall) = parse(options)?;
+    let on_stall = on_stall.ok_or_else(|| einval("options.onStall must be a function: it is given each stall"))?;
     let symbols = symbols::default_symbol_options()?;
     let uv_loop = env.get_uv_event_loop().map_err(napi_fail)? as *mut c_void;
     let tid = crate::sampler::thread_id::current();

@@ -86,23 +86,29 @@ pub fn summary(profile: &ProfileData, span: &StallSpan) -> String {
         }
     }
     // The dominant stack: the sampled path whose functions are in the most
-    // samples, summed. Stacks cut short (an unwinder that stopped early)
-    // lose to whole ones that share their frames, so the path shown runs
-    // from the thread's start to its leaf whenever one such sample exists.
+    // samples, summed, each function less a tenth of the samples. Stacks
+    // cut short (an unwinder that stopped early) lose to whole ones that
+    // share their frames, so the path shown runs from the thread's start
+    // to its leaf whenever one such sample exists; a rare frame (a JIT
+    // compile, a GC) costs more than it adds, so a rare deeper path does
+    // not win over the common one it extends.
     let dominant = paths.iter().max_by_key(|(leaf, w, funcs)| {
         let mut seen = rustc_hash::FxHashSet::default();
-        let score: u64 = funcs.iter().filter(|f| seen.insert(**f)).map(|f| incl[f]).sum();
+        let score: i128 = funcs.iter().filter(|f| seen.insert(**f)).map(|f| incl[f] as i128 * 10 - total as i128).sum();
         (score, *w, std::cmp::Reverse(*leaf))
     });
     match dominant {
         None => {
             let _ = writeln!(out, "  no samples of the thread during the stall");
         }
-        Some((leaf, leaf_w, _)) => {
+        Some((leaf, _, _)) => {
             let path = tree.path(*leaf);
             let name_of = |n: u32| {
                 let f = &symbols.functions[tree.func[n as usize] as usize];
-                let place = if !f.file.is_empty() {
+                // JavaScript names carry their place already.
+                let place = if !f.file.is_empty() && f.name.contains(f.file.as_str()) {
+                    String::new()
+                } else if !f.file.is_empty() {
                     if f.line > 0 {
                         format!("{}:{}", f.file, f.line)
                     } else {
@@ -127,8 +133,8 @@ pub fn summary(profile: &ProfileData, span: &StallSpan) -> String {
             }
             let (name, kind, _) = name_of(*leaf);
             if kind != FunctionKind::Js {
-                let share = (leaf_w * 100).checked_div(total).unwrap_or(0);
-                let _ = writeln!(out, "  innermost: {name} ({share} % of the samples end there)");
+                let share = (incl[&tree.func[*leaf as usize]] * 100).checked_div(total).unwrap_or(0);
+                let _ = writeln!(out, "  innermost: {name} (in {share} % of the samples)");
             }
             let _ = writeln!(out, "  dominant stack (innermost first, share of the stall's samples in each):");
             let shown = path.len().min(PATH_LINES);
@@ -226,7 +232,7 @@ mod tests {
         );
         assert!(text.contains("10.0 ms of it sampled, sampled every 1.0 ms during the stall"), "{text}");
         assert!(text.contains("in JavaScript: handler (/app/x.js:7)"), "{text}");
-        assert!(text.contains("innermost: b (80 % of the samples end there)"), "{text}");
+        assert!(text.contains("innermost: b (in 80 % of the samples)"), "{text}");
         let stack: Vec<&str> = text.lines().skip_while(|l| !l.contains("dominant stack")).skip(1).take(3).collect();
         assert_eq!(
             stack,

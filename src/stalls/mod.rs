@@ -12,7 +12,7 @@
 //! thread, without JavaScript: a deadlocked loop never turns again.
 //!
 //! Why a second consumer of the one sampler thread, and not a session of
-//! its own: `docs/design/stall-watcher.md`.
+//! its own: `docs/design/stalls.md`.
 
 pub mod detector;
 pub mod heartbeat;

@@ -751,7 +751,7 @@ export interface WatchStallsOptions {
    */
   hangDir?: string
   /**
-   * Load the symbol tables of the code seen running a second after the
+   * Load the symbol tables of the code seen running a quarter second after the
    * watch starts (default true), so that the first stall's report is as
    * quick as later ones (reports are ready within tens of milliseconds
    * of the loop turning, against a hundred or more for the first with

@@ -161,8 +161,11 @@ fn stalls() -> &'static Stalls {
 }
 
 /// How long after a watch starts the symbol tables are loaded: long enough
-/// for the history to show what code runs.
-const WARM_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+/// for the history to show some of the code that runs (the executable's
+/// tables, the largest, are loaded whatever it shows), short enough that
+/// loading them (a few hundred ms for Node's on a busy machine) is over
+/// before most first stalls.
+const WARM_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn reporter(tasks: Receiver<Task>) {
     // A warm-up waits for its moment without holding up reports.

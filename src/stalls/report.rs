@@ -93,10 +93,15 @@ pub fn build(job: Job) -> StallReport {
     StallReport { tid, thread_name, is_main, start_ns, end_ns, kind, profile: data, summary }
 }
 
-/// Loads the symbol tables of the code in `window`, and of the main
-/// executable, into the process-wide cache, and drops the names.
+/// Loads the symbol tables of the code in `window`, of the main
+/// executable, of this addon and of libc into the process-wide cache, and
+/// drops the names. The addon's own threads (sampler, reporter) are in
+/// every profile, and loading its table (line tables to decompress) was
+/// most of a cold first report (`docs/design/stalls.md`).
 pub fn warm_symbols(window: HistoryWindow, symbols: &SymbolicateOptions) {
     let (mut frame_address, _, _) = window.stacks.into_columns();
+    frame_address.push(warm_symbols as *const () as usize as u64);
+    frame_address.push(libc::getpid as *const () as usize as u64);
     let modules = crate::platform::loaded_modules();
     let exe = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
     if let Some(m) = modules.iter().find(|m| exe.as_deref().is_some_and(|e| Path::new(&m.path) == e)) {

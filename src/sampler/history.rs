@@ -5,7 +5,8 @@
 //! stack table, so old samples are dropped a chunk at a time together with
 //! the stacks only they used: memory follows the sample rate times the
 //! window kept, never the process's age. Dropped chunks are cleared and
-//! reused, so a steady rate allocates nothing new. A hard byte limit
+//! reused. A chunk no longer written is sealed: its growth slack and its
+//! stack table's indexes are freed, which halves it. A hard byte limit
 //! bounds the worst case (a very high sample rate, or a stall that lasts
 //! longer than the window): the oldest chunk goes first, and is counted.
 //!
@@ -78,6 +79,21 @@ impl Chunk {
         self.weight_us.clear();
         self.flags.clear();
         self.stacks.clear();
+    }
+
+    /// No more rows come (a newer chunk is open): drops what only adding
+    /// rows needs and the spare capacity. A sealed chunk is half the size
+    /// of an open one: its row columns lose their growth slack, its stack
+    /// table its hash indexes.
+    fn seal(&mut self) {
+        self.thread_index = FxHashMap::default();
+        self.threads.shrink_to_fit();
+        self.thread.shrink_to_fit();
+        self.offset_ns.shrink_to_fit();
+        self.stack.shrink_to_fit();
+        self.weight_us.shrink_to_fit();
+        self.flags.shrink_to_fit();
+        self.stacks.seal();
     }
 
     fn rows(&self) -> usize {
@@ -173,6 +189,9 @@ impl History {
     }
 
     fn open_chunk(&mut self, time_ns: u64) {
+        if let Some(current) = self.chunks.back_mut() {
+            current.seal();
+        }
         let mut c =
             self.spare.pop().unwrap_or_else(|| Chunk { stacks: StackTable::new(CHUNK_NODES), ..Default::default() });
         c.reset(time_ns);

@@ -89,6 +89,17 @@ impl StackTable {
         self.node_index.clear();
     }
 
+    /// Frees what only interning needs (the indexes) and spare capacity:
+    /// the table stays readable, and interning into it again starts over
+    /// (`clear` first).
+    pub fn seal(&mut self) {
+        self.frame_index = FxHashMap::default();
+        self.node_index = FxHashMap::default();
+        self.frame_address.shrink_to_fit();
+        self.stack_frame.shrink_to_fit();
+        self.stack_parent.shrink_to_fit();
+    }
+
     /// The addresses of a stack, leaf first.
     pub fn addresses(&self, node: u32) -> Vec<u64> {
         let mut out = Vec::new();

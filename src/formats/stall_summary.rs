@@ -263,4 +263,35 @@ mod tests {
         assert!(text.contains("no samples of the thread during the stall"), "{text}");
         assert!(text.contains("no other thread was busy"), "{text}");
     }
+
+    #[test]
+    fn a_rare_deeper_path_does_not_hide_the_common_one_it_extends() {
+        let mut p = sample_profile();
+        p.interval_ns = 1_000_000;
+        // main>a>b in 20 samples; once, b called a compiler (frame 4).
+        p.frame_address.push(0x5000);
+        p.stack_frame.push(4);
+        p.stack_parent.push(2);
+        let s = p.symbols.as_mut().unwrap();
+        s.frame_function.push(4);
+        s.frame_line.push(0);
+        s.functions.push(Function {
+            name: "compile".into(),
+            file: String::new(),
+            line: 0,
+            kind: FunctionKind::Native,
+            module: 0,
+        });
+        p.sample_thread = vec![0, 0];
+        p.sample_time_ns = vec![10, 20];
+        p.sample_stack = vec![2, 4];
+        p.sample_idle = vec![0, 0];
+        p.sample_cpu_delta_ns = vec![0, 0];
+        p.sample_weight = vec![20, 1];
+        p.validate().unwrap();
+        let span = StallSpan { thread: 0, start_ns: 0, end_ns: 100, stall_interval_ns: None, ongoing: false };
+        let text = summary(&p, &span);
+        assert!(text.contains("innermost: b (in 100 % of the samples)"), "{text}");
+        assert!(!text.contains("compile"), "{text}");
+    }
 }

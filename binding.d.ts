@@ -9,6 +9,23 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** A running {@link watchStalls}. */
+export declare class StallWatcher {
+  /**
+   * Stops watching. A stall not yet handed to `onStall` is dropped, and
+   * none is reported after. Calling it again does nothing.
+   */
+  close(): void
+  /** Counters of this watcher, and of the history all watchers share. */
+  stats(): StallWatcherStats
+  /**
+   * For the process's 'exit': the stalls not yet handed over, with the
+   * one in progress (the loop will not turn again), for the caller to
+   * hand to `onStall`.
+   */
+  _flush(): Stall[]
+}
+
 /**
  * Checks start options exactly as {@link start} does, without starting:
  * the CLI validates its options before it runs the program.
@@ -16,6 +33,15 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  * @throws `EINVAL` with start()'s message for a bad option.
  */
 export declare function checkStartOptions(options?: StartOptions): void
+
+/**
+ * Checks options exactly as {@link watchStalls} does, without watching
+ * (`onStall` may be left out): the CLI validates `--stalls` before it
+ * runs the program.
+ *
+ * @throws `EINVAL` with watchStalls()'s message for a bad option.
+ */
+export declare function checkWatchStallsOptions(options: Partial<WatchStallsOptions>): void
 
 /**
  * Options for {@link exportProfile} and {@link saveProfile}. Every field
@@ -440,6 +466,44 @@ export interface StackTable {
   parent: Int32Array
 }
 
+/** A stall of an event loop (see {@link watchStalls}). */
+export interface Stall {
+  /** The thread whose loop stalled. */
+  thread: ThreadInfo
+  /** When the loop stopped turning, on the profile's clock (nanoseconds). */
+  startTimeNs: bigint
+  /** How long it did not turn, in milliseconds. */
+  durationMs: number
+  /**
+   * Every thread, from `keepMs` before the stall to its end, symbolicated.
+   * `intervalNs` is the stalled thread's interval during the stall when
+   * it was sampled faster; samples taken at the background interval
+   * weigh proportionally more, so weight times `intervalNs` is the time
+   * each sample stands for.
+   */
+  profile: Profile
+  /**
+   * A few lines: the duration, the stalled thread's dominant stack
+   * during the stall (JavaScript and native frames named), and the other
+   * threads that were busy.
+   */
+  summary: string
+}
+
+/** Statistics of a stall watcher. */
+export interface StallWatcherStats {
+  /** Stalls reported (handed to `onStall`, or cut at exit). */
+  stalls: number
+  /** Hangs written to `hangDir`. */
+  hangs: number
+  /** Sample rows the history holds (every watcher of the process shares it). */
+  historyRows: number
+  /** Bytes the history holds. */
+  historyBytes: number
+  /** History chunks dropped early to stay under the history's byte limit. */
+  historyTruncated: number
+}
+
 /**
  * Starts sampling every thread of the process.
  *
@@ -708,4 +772,68 @@ export interface WrittenFile {
   path: string
   /** The process it holds, or 0 for all of the profile's processes. */
   pid: number
+}
+
+/**
+ * Watches the calling thread's event loop for stalls: times it does not
+ * turn for `thresholdMs` or longer. Each stall is handed to `onStall` on
+ * this thread once the loop turns again, with a profile of every thread
+ * (the `keepMs` before the stall and the stall itself) and a summary.
+ * Detection needs no JavaScript during the stall: native libuv handles
+ * beat a heartbeat on every turn, and the sampler thread notices when it
+ * stops. Call it on the main thread to watch the main thread; a worker
+ * watches itself by calling it. It runs alongside `start()`/`stop()`.
+ *
+ * @throws `EINVAL` for a bad option (the message names the range).
+ */
+export declare function watchStalls(options: WatchStallsOptions): StallWatcher
+
+/** Options for {@link watchStalls}. Every field but `onStall` is optional. */
+export interface WatchStallsOptions {
+  /**
+   * A stall: the loop did not turn for this long, in ms: an integer
+   * from 20 to 60000. Default 200.
+   */
+  thresholdMs?: number
+  /**
+   * History kept before a stall, in ms: an integer from 0 to 60000.
+   * Default 5000.
+   */
+  keepMs?: number
+  /**
+   * Background sampling interval while watching, in ms: an integer
+   * from 1 to 1000. Default 10.
+   */
+  intervalMs?: number
+  /**
+   * Sampling interval of the stalled thread during a stall, in ms: an
+   * integer from 1 to 1000. Default 1. Its first 2000 samples; then
+   * `intervalMs`.
+   */
+  stallIntervalMs?: number
+  /**
+   * Write a stall that has lasted this long (an integer from 100 to
+   * 3600000 ms) to `hangDir`, from the sampler's side: a deadlocked
+   * loop never turns again, so `onStall` would never be called. Needs
+   * `hangDir`.
+   */
+  hangAfterMs?: number
+  /**
+   * Directory for hangs: `machsampler-hang-<pid>-<n>.machprof` and its
+   * summary, `machsampler-hang-<pid>-<n>.txt`. Needs `hangAfterMs`.
+   */
+  hangDir?: string
+  /**
+   * Load the symbol tables of the code seen running a quarter second after the
+   * watch starts (default true), so that the first stall's report is as
+   * quick as later ones (reports are ready within tens of milliseconds
+   * of the loop turning, against a hundred or more for the first with
+   * cold tables). The tables stay loaded: tens of MB for Node's own.
+   */
+  warmSymbols?: boolean
+  /**
+   * Called on the watched thread once its loop turns again after a
+   * stall, with the {@link Stall}.
+   */
+  onStall?: (stall: Stall) => void
 }

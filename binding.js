@@ -835,7 +835,9 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.StallWatcher = nativeBinding.StallWatcher
 module.exports.checkStartOptions = nativeBinding.checkStartOptions
+module.exports.checkWatchStallsOptions = nativeBinding.checkWatchStallsOptions
 module.exports.exportProfile = nativeBinding.exportProfile
 module.exports.formatFromPath = nativeBinding.formatFromPath
 module.exports.formats = nativeBinding.formats
@@ -853,3 +855,4 @@ module.exports.stop = nativeBinding.stop
 module.exports.symbolDownloads = nativeBinding.symbolDownloads
 module.exports.symbolicate = nativeBinding.symbolicate
 module.exports.threadCount = nativeBinding.threadCount
+module.exports.watchStalls = nativeBinding.watchStalls

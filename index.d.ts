@@ -43,7 +43,41 @@ export {
   ReportPath,
 } from './binding'
 
-import type { Profile, StartOptions, SymbolOptions } from './binding'
+// Stalls of an event loop (see watchStalls below).
+export { WatchStallsOptions, Stall, StallWatcherStats } from './binding'
+
+import type { Profile, StartOptions, SymbolOptions, WatchStallsOptions, StallWatcherStats } from './binding'
+
+/** A running {@link watchStalls}. */
+export interface StallWatcher {
+  /** Stops watching. A stall not yet handed to `onStall` is dropped, and none is reported after. Idempotent. */
+  close(): void
+  /** Counters of this watcher, and of the sample history all watchers of the process share. */
+  stats(): StallWatcherStats
+}
+
+/**
+ * Watches the calling thread's event loop for stalls: times it does not turn for
+ * `thresholdMs` or longer. Each stall goes to `options.onStall` on this thread once the
+ * loop turns again, as `{ thread, startTimeNs, durationMs, profile, summary }`: a
+ * symbolicated profile of every thread from `keepMs` before the stall to its end, and a
+ * few lines naming the stalled thread's dominant stack (JavaScript and native frames)
+ * and the other busy threads.
+ *
+ * - Detection needs no JavaScript during the stall: native libuv handles on the loop beat
+ *   a heartbeat on every turn; the sampler thread notices when it stops, and samples the
+ *   stalled thread faster (`stallIntervalMs`) until it turns.
+ * - Called on the main thread it watches the main thread; a worker watches its own loop by
+ *   calling it. It runs alongside `start()`/`stop()`: while a session runs, the watcher sees
+ *   what the session samples, and the session's profile is unchanged.
+ * - History is a bounded ring: memory follows `keepMs` and the sample rate, not how long
+ *   the watcher runs.
+ * - A stall in progress when the process exits is handed to `onStall` from `'exit'`. A stall
+ *   that never ends (a deadlock) can be written out with `hangAfterMs` and `hangDir`.
+ *
+ * @throws `EINVAL` for a bad option (the message names the range).
+ */
+export declare function watchStalls(options: WatchStallsOptions): StallWatcher
 
 /** Options of {@link fetchSymbols}: where to look, and how long to wait. */
 export interface FetchSymbolsOptions extends SymbolOptions {

@@ -7,10 +7,12 @@
 const { api, arity } = require('./lib/addon.js')
 const sugar = require('./lib/sugar.js')
 const { fetchSymbols } = require('./lib/symbol-fetch.js')
+const { watchStalls } = require('./lib/stalls.js')
 
 module.exports = {
   ...api,
   withProfiler: arity('withProfiler', sugar.withProfiler, 2),
   profile: arity('profile', sugar.profile, 2),
   fetchSymbols: arity('fetchSymbols', fetchSymbols, 2),
+  watchStalls: arity('watchStalls', watchStalls, 1),
 }

@@ -22,5 +22,6 @@ export const {
   withProfiler,
   profile,
   fetchSymbols,
+  watchStalls,
 } = machsampler
 export default machsampler

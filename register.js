@@ -155,6 +155,8 @@ function main() {
     return
   }
 
+  if (settings.stallsMs !== undefined) watchForRecord(ms, sessionDir, settings.stallsMs, settings.follow)
+
   let statusTimer = null
   const statusFile = sessionDir && path.join(sessionDir, `status-${process.pid}.json`)
   function writeStatus(state) {
@@ -222,5 +224,39 @@ function main() {
     statusTimer.unref()
   }
 }
+
+/**
+ * `record --stalls <ms>`: each stall of the main thread's loop goes to the
+ * session directory (its summary first, then the profile, atomically), for
+ * the CLI to convert and print. A stall that lasts long enough is written
+ * from the sampler's side too, as a hang: a deadlocked program never runs
+ * JavaScript again, and may only end by SIGKILL.
+ */
+function watchForRecord(ms, sessionDir, thresholdMs, follow) {
+  let n = 0
+  // Several processes share the directory when they are followed.
+  const stem = follow ? `stall-${process.pid}-` : 'stall-'
+  try {
+    ms.watchStalls({
+      thresholdMs,
+      hangAfterMs: Math.max(HANG_AFTER_MS, 2 * thresholdMs),
+      hangDir: sessionDir,
+      onStall(stall) {
+        n += 1
+        try {
+          fs.writeFileSync(path.join(sessionDir, `${stem}${n}.txt`), stall.summary)
+          ms.saveProfile(stall.profile, path.join(sessionDir, `${stem}${n}.machprof`), { format: 'machprof', compress: false })
+        } catch (e) {
+          warn(`cannot write stall ${n}: ${e.message}`)
+        }
+      },
+    })
+  } catch (e) {
+    warn(`cannot watch for stalls: ${e.message}`)
+  }
+}
+
+/** How long a stall lasts before `record --stalls` writes it as a hang, at least. */
+const HANG_AFTER_MS = 10000
 
 main()

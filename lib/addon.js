@@ -118,6 +118,10 @@ module.exports = {
   processProfileFile: binding.processProfileFile,
   /** For the CLI: start()'s checks of its options, without starting. */
   checkStartOptions: binding.checkStartOptions,
+  /** For the CLI: watchStalls()'s checks of its options, without watching. */
+  checkWatchStallsOptions: binding.checkWatchStallsOptions,
+  /** For lib/stalls.js, which adds what only JavaScript can do at exit. */
+  watchStallsNative: arity('watchStalls', binding.watchStalls, 1),
   /** For the download step: the symbol files servers may have for a profile. */
   symbolDownloads: arity('symbolDownloads', binding.symbolDownloads, 2),
   codedError,

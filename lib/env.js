@@ -16,6 +16,9 @@
 //   MACHSAMPLER_FOLLOW=1      every Node.js process of the command records
 //                             (the preload stays in NODE_OPTIONS for its
 //                             children); unset: only the first one does
+//   MACHSAMPLER_STALLS_MS     watch the main thread's event loop for stalls
+//                             this long; each goes to the session directory
+//                             as stall-<n>.machprof and stall-<n>.txt
 // Set by users (with `node -r machsampler/register`):
 //   MACHSAMPLER_OUTPUT        the file to write, default
 //                             machsampler-<pid>.machprof
@@ -41,7 +44,7 @@ function quote(arg) {
  */
 function forRecordedProgram(
   base,
-  { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, follow = false, nodeFlags = [] },
+  { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, follow = false, stallsMs, nodeFlags = [] },
 ) {
   const original = base.NODE_OPTIONS || ''
   const env = {
@@ -58,6 +61,7 @@ function forRecordedProgram(
   if (durationS !== undefined) env.MACHSAMPLER_DURATION_S = String(durationS)
   if (live) env.MACHSAMPLER_LIVE = '1'
   if (follow) env.MACHSAMPLER_FOLLOW = '1'
+  if (stallsMs !== undefined) env.MACHSAMPLER_STALLS_MS = String(stallsMs)
   return env
 }
 
@@ -82,6 +86,7 @@ function readSettings(env) {
     output: sessionDir ? undefined : env.MACHSAMPLER_OUTPUT || undefined,
     live: Boolean(sessionDir) && env.MACHSAMPLER_LIVE === '1',
     follow: Boolean(sessionDir) && env.MACHSAMPLER_FOLLOW === '1',
+    stallsMs: sessionDir ? number(env, 'MACHSAMPLER_STALLS_MS') : undefined,
   }
 }
 

@@ -5,14 +5,24 @@
 //! would only sample each other. Any environment may start it and any may
 //! stop it. Statistics live outside the control lock so that `stats()` never
 //! waits for a `stop()` in progress.
+//!
+//! The sampler thread also serves the stall watcher (`crate::stalls`), its
+//! second consumer (see `crate::sampler::observer`): every loop is given
+//! the observer slot. While a session runs, its loop serves the watcher
+//! too; otherwise, while the watcher wants it, a background loop runs that
+//! records nothing: CPU mode at the watcher's interval, with statistics
+//! and a thread list of its own, so `stats()` and `threadCount()` still
+//! describe the last session. `start()` replaces the background loop with
+//! the session's, and `stop()` brings it back.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::platform;
 use crate::profile::ProfileData;
-use crate::sampler::backend::Backend;
+use crate::sampler::backend::{Backend, Mode};
 use crate::sampler::error::{ErrorCode, SamplerError};
+use crate::sampler::observer::{Observer, ObserverSlot};
 use crate::sampler::options::SamplerOptions;
 use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
 use crate::sampler::stats::StatsSnapshot;
@@ -22,7 +32,11 @@ use crate::v8::frames::V8JsFrames;
 /// A running session: the sampler thread, and what its hooks collect.
 struct Running {
     sampler: RunningSampler,
-    perf_map: Arc<Mutex<PerfMapWatch>>,
+    /// A session's: the growth of V8's perf map. None for the background
+    /// loop, which only serves the observer.
+    perf_map: Option<Arc<Mutex<PerfMapWatch>>>,
+    /// The loop only serves the observer (no session).
+    background: bool,
 }
 
 /// What one session recorded, with what its hooks collected.
@@ -34,6 +48,19 @@ pub struct Session {
 
 static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
+/// The background loop's own statistics and thread list.
+static BACKGROUND_SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
+static OBSERVER: OnceLock<Arc<ObserverSlot>> = OnceLock::new();
+/// The interval the observer wants a loop at, in ns; 0 when it wants none.
+static OBSERVER_INTERVAL_NS: AtomicU64 = AtomicU64::new(0);
+
+fn observer_slot() -> &'static Arc<ObserverSlot> {
+    OBSERVER.get_or_init(Default::default)
+}
+
+fn background_shared() -> &'static Arc<Shared> {
+    BACKGROUND_SHARED.get_or_init(Default::default)
+}
 
 fn shared() -> &'static Arc<Shared> {
     SHARED.get_or_init(|| {
@@ -49,7 +76,7 @@ fn running() -> MutexGuard<'static, Option<Running>> {
 
 pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     let mut slot = running();
-    if slot.is_some() {
+    if slot.as_ref().is_some_and(|r| !r.background) {
         return Err(SamplerError::new(ErrorCode::Again, "the sampler is already running; call stop() first"));
     }
     crate::sampler::stopped_window::enable_from_env();
@@ -57,17 +84,98 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     // the same time however many threads there are.
     let mut backend = platform::new_backend()?;
     backend.set_frame_pointer_code(crate::v8::frames::builtin_ranges());
+    // The session's loop serves the observer from now on.
+    if let Some(background) = slot.take() {
+        end_loop(background);
+    }
     let rewrite = js_frames(&options);
     let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
     let watch = perf_map.clone();
     let on_tick = Box::new(move |now_ns| watch.lock().unwrap_or_else(PoisonError::into_inner).observe(now_ns));
-    let hooks = Hooks { rewrite, on_tick: Some(on_tick) };
+    let observer: Arc<dyn Observer> = observer_slot().clone();
+    let hooks = Hooks { rewrite, on_tick: Some(on_tick), observer: Some(observer) };
     let sampler = RunningSampler::spawn(backend, options, shared().clone(), hooks);
-    if sampler.is_err() {
-        stop_js_frames();
+    match sampler {
+        Ok(sampler) => {
+            *slot = Some(Running { sampler, perf_map: Some(perf_map), background: false });
+            Ok(())
+        }
+        Err(e) => {
+            stop_js_frames();
+            restart_background(&mut slot);
+            Err(e)
+        }
     }
-    *slot = Some(Running { sampler: sampler?, perf_map });
-    Ok(())
+}
+
+/// Stops a loop, and what it turned on for JavaScript frames.
+fn end_loop(running: Running) -> Recording {
+    let recording = running.sampler.stop();
+    platform::set_js_frames(false);
+    platform::discard_pending_on_this_thread();
+    if js_frames_available() {
+        crate::v8::disable_code_events();
+    }
+    recording
+}
+
+/// Sets the observer every loop serves (once per process).
+pub fn set_observer(observer: Arc<dyn Observer>) {
+    observer_slot().set(observer);
+}
+
+/// Asks for a loop that serves the observer at `interval_ns` (or for none
+/// with `None`). A running session's loop serves it as it is; otherwise a
+/// background loop is started, restarted at a new interval, or stopped.
+pub fn serve_observer(interval_ns: Option<u64>) -> Result<(), SamplerError> {
+    let mut slot = running();
+    OBSERVER_INTERVAL_NS.store(interval_ns.unwrap_or(0), Relaxed);
+    match (slot.as_ref(), interval_ns) {
+        (Some(r), _) if !r.background => Ok(()),
+        (Some(r), Some(ns)) if r.sampler.options.interval_ns == ns => Ok(()),
+        (None, None) => Ok(()),
+        _ => {
+            if let Some(background) = slot.take() {
+                end_loop(background);
+            }
+            match interval_ns {
+                Some(ns) => {
+                    *slot = Some(spawn_background(ns)?);
+                    Ok(())
+                }
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// After a session: the background loop again, if the observer wants one.
+/// A failure leaves the watcher unserved until the next change, which is
+/// all that can be done from stop().
+fn restart_background(slot: &mut Option<Running>) {
+    let ns = OBSERVER_INTERVAL_NS.load(Relaxed);
+    if ns != 0 && slot.is_none() {
+        *slot = spawn_background(ns).ok();
+    }
+}
+
+fn spawn_background(interval_ns: u64) -> Result<Running, SamplerError> {
+    crate::sampler::stopped_window::enable_from_env();
+    let mut backend = platform::new_backend()?;
+    backend.set_frame_pointer_code(crate::v8::frames::builtin_ranges());
+    let options = SamplerOptions { interval_ns, mode: Mode::Cpu, record: false, ..Default::default() };
+    let rewrite = js_frames(&options);
+    let observer: Arc<dyn Observer> = observer_slot().clone();
+    let hooks = Hooks { rewrite, on_tick: None, observer: Some(observer) };
+    let shared = background_shared().clone();
+    shared.native_unwinding.store(true, Relaxed);
+    match RunningSampler::spawn(backend, options, shared, hooks) {
+        Ok(sampler) => Ok(Running { sampler, perf_map: None, background: true }),
+        Err(e) => {
+            stop_js_frames();
+            Err(e)
+        }
+    }
 }
 
 pub fn stop() -> Result<Session, SamplerError> {
@@ -76,20 +184,18 @@ pub fn stop() -> Result<Session, SamplerError> {
     // resets the statistics and reclaims the slots this one is still
     // harvesting (stress/repro/concurrent-start-stop.js).
     let mut slot = running();
-    let running = slot
-        .take()
-        .ok_or_else(|| SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"))?;
-    let recording = running.sampler.stop();
-    platform::set_js_frames(false);
-    platform::discard_pending_on_this_thread();
-    drop(slot);
-    if js_frames_available() {
-        // Code events stay on for the isolates that have them (see
-        // `crate::v8::events::Policy::FromFirstStart`): this only ends the
-        // session's want of them.
-        crate::v8::disable_code_events();
+    if slot.as_ref().is_none_or(|r| r.background) {
+        return Err(SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"));
     }
-    let perf_map = running.perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
+    let running = slot.take().expect("a session");
+    let perf_map = running.perf_map.clone().expect("a session watches the perf map");
+    // Code events stay on for the isolates that have them (see
+    // `crate::v8::events::Policy::FromFirstStart`): this only ends the
+    // session's want of them.
+    let recording = end_loop(running);
+    restart_background(&mut slot);
+    drop(slot);
+    let perf_map = perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
     Ok(Session { recording, perf_map })
 }
 
@@ -111,6 +217,12 @@ fn name_js_frames(data: &mut ProfileData) {
     if data.stats.js_samples == 0 {
         return;
     }
+    name_js_frames_of(data);
+}
+
+/// Names the JavaScript frames of a profile taken by this process's
+/// sampler, however few.
+pub fn name_js_frames_of(data: &mut ProfileData) {
     let map = crate::v8::code_map();
     let cols = crate::v8::resolve::StackColumns {
         frame_address: &mut data.frame_address,
@@ -150,12 +262,12 @@ fn release_js_names_if_idle_locked() {
 }
 
 pub fn is_running() -> bool {
-    running().is_some()
+    running().as_ref().is_some_and(|r| !r.background)
 }
 
 /// The options of the running session.
 pub fn current_options() -> Option<SamplerOptions> {
-    running().as_ref().map(|r| r.sampler.options)
+    running().as_ref().filter(|r| !r.background).map(|r| r.sampler.options)
 }
 
 pub fn stats() -> StatsSnapshot {

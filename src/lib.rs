@@ -20,6 +20,7 @@ pub mod formats;
 pub mod platform;
 pub mod profile;
 pub mod sampler;
+pub mod stalls;
 pub mod symbols;
 pub mod v8;
 

@@ -65,6 +65,23 @@ const SCENARIOS = [
     limitS: 150,
   },
   {
+    name: 'alloc-storm+stalls',
+    file: 'alloc-storm',
+    what: 'alloc-storm with watchStalls on throughout: no stall reported that the loop did not have, history memory flat',
+    env: { MACHSAMPLER_ALLOC_CHECK: '1' },
+    quick: { seconds: 12, churnMs: 1000, stalls: true },
+    full: { seconds: 60, churnMs: 1000, stalls: true },
+    limitS: 150,
+  },
+  {
+    name: 'thread-churn+stalls',
+    file: 'thread-churn',
+    what: 'thread-churn with watchStalls on throughout: no stall reported that the loop did not have, history memory flat',
+    quick: { seconds: 15, perMinute: 1000, stalls: true },
+    full: { seconds: 60, perMinute: 1000, stalls: true },
+    limitS: 150,
+  },
+  {
     name: 'start-stop-churn',
     what: 'start/stop cycles from JS while workers run; stop() racing thread exit; start/stop from workers',
     quick: { cycles: 1500, maxSeconds: 150 },
@@ -256,7 +273,7 @@ function describeProcesses(root) {
 
 function runScenario(s, opts) {
   const options = { ...(opts.quick ? s.quick : s.full), quick: opts.quick, node: opts.node }
-  const file = path.join(__dirname, 'scenarios', `${s.name}.js`)
+  const file = path.join(__dirname, 'scenarios', `${s.file || s.name}.js`)
   const started = Date.now()
   const hangMs = s.hangMs || HANG_MS
   return new Promise((resolve) => {

@@ -64,6 +64,13 @@ Options:
                         (V8, Node, libc) folded into the calling JavaScript
                         function, as --cpu-prof shows time, addons' native
                         frames kept; native: native frames only
+      --stalls <ms>     also watch the main thread's event loop: each time it
+                        does not turn for <ms> (20 to 60000), write the seconds
+                        before and the stall, every thread, to
+                        <output>-stall-<n>.<ext> and print its summary; a stall
+                        that lasts 10 s (or twice <ms>, if longer) is also
+                        written as <output>-hang-<n> while it lasts (a
+                        deadlock never ends)
       --symbol-path <list>  symbol directories and symbol servers, separated
                         by ';' (default: MACHSAMPLER_SYMBOL_PATH): dSYM bundles,
                         Breakpad .sym files, ELF debug files, and https://

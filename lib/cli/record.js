@@ -50,6 +50,7 @@ const SPEC = {
   view: { type: 'string' },
   quiet: { type: 'boolean', short: 'q' },
   'symbol-path': { type: 'string' },
+  stalls: { type: 'string' },
 }
 
 function timestamp(d = new Date()) {
@@ -136,6 +137,15 @@ function parseRecordArgs(argv) {
       throw new CliError(`${flag}: ${e.message}`, USAGE)
     }
   }
+  const stallsMs = number(values, 'stalls')
+  if (stallsMs !== undefined) {
+    try {
+      // watchStalls()'s own validation, so the range and message are the API's.
+      addon.checkWatchStallsOptions({ thresholdMs: stallsMs })
+    } catch (e) {
+      throw new CliError(`--stalls: ${e.message}`, USAGE)
+    }
+  }
   const durationS = number(values, 'duration')
   if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
     throw new CliError(`--duration must be a positive number of seconds, got '${values.duration}'`, USAGE)
@@ -153,6 +163,7 @@ function parseRecordArgs(argv) {
     bufferSamples,
     mode,
     durationS,
+    stallsMs,
     jitNames: values['no-jit-names'] !== true,
     perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
     includeIdle: values.idle === true,
@@ -174,6 +185,7 @@ function childEnv(opts, sessionDir, live) {
     jsNames: opts.jitNames,
     live,
     follow: opts.follow,
+    stallsMs: opts.stallsMs,
     nodeFlags: opts.perfMap ? PERF_MAP_FLAGS : [],
   })
 }
@@ -335,6 +347,49 @@ function nothingRecorded(opts, result, status) {
   return new CliError(`${what}; nothing written to ${opts.output}`, status === 0 ? 1 : status)
 }
 
+/**
+ * `--stalls`: converts what the program wrote for each stall (and each
+ * hang, a stall written before it ended) to `<output>-stall-<n>.<ext>`
+ * (`-hang-<n>`), and prints its summary. Returns the files written.
+ */
+function writeStalls(opts, sessionDir) {
+  const ext = extensionOf(opts.format)
+  const stem = opts.output.endsWith(`.${ext}`) ? opts.output.slice(0, -(ext.length + 1)) : opts.output
+  const found = []
+  for (const name of fs.readdirSync(sessionDir)) {
+    // stall-<n> (one process) or stall-<pid>-<n> (following processes).
+    const stall = /^stall-(?:(\d+)-)?(\d+)\.machprof$/.exec(name)
+    const hang = /^machsampler-hang-(\d+)-(\d+)\.machprof$/.exec(name)
+    if (stall) found.push({ kind: 'stall', pid: Number(stall[1] || 0), n: Number(stall[2]), name })
+    if (hang) found.push({ kind: 'hang', pid: Number(hang[1]), n: Number(hang[2]), name })
+  }
+  found.sort((a, b) => a.kind.localeCompare(b.kind) || a.pid - b.pid || a.n - b.n)
+  const written = []
+  const counts = { stall: 0, hang: 0 }
+  for (const { kind, name } of found) {
+    const n = ++counts[kind]
+    const output = `${stem}-${kind}-${n}.${ext}`
+    let summaryText = ''
+    try {
+      summaryText = fs.readFileSync(path.join(sessionDir, name.replace(/\.machprof$/, '.txt')), 'utf8')
+    } catch {
+      // Written without its summary: the profile is what matters.
+    }
+    try {
+      processFile(path.join(sessionDir, name), { symbols: opts.symbols, output, save: { format: opts.format, includeIdle: true }, reports: [] })
+    } catch (e) {
+      process.stderr.write(`machsampler: cannot write ${kind} ${n}: ${e.message}\n`)
+      continue
+    }
+    written.push(output)
+    if (!opts.quiet) {
+      const what = kind === 'hang' ? `hang ${n} (the loop had not turned yet)` : `stall ${n}`
+      process.stderr.write(`machsampler: ${what}: wrote ${output} (${opts.format})\n${summaryText.replace(/\n?$/, '\n')}\n`)
+    }
+  }
+  return written
+}
+
 async function record(argv) {
   const opts = parseRecordArgs(argv)
   if (opts.help) {
@@ -352,6 +407,9 @@ async function record(argv) {
     } finally {
       stopLive()
     }
+    // ---- stalls first: a program killed in a hang writes no profile, but
+    // may have written the hang.
+    if (opts.stallsMs !== undefined) writeStalls(opts, sessionDir)
     // ---- which profiles there are (one, or one per Node process) ----------
     const session = opts.follow ? await follow.collect(sessionDir, topPid) : follow.single(sessionDir)
     if (session.raws.length === 0) throw noProfile(opts, status, sessionDir)

@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 mod formats;
 mod profile;
+mod stalls;
 mod symbols;
 #[cfg(feature = "testing")]
 mod testing;
+mod uv;
 
 use crate::control;
 use crate::profile::StatsSnapshot;

@@ -547,3 +547,42 @@ mod harness {
         status.unwrap_or_else(|| "none".into())
     }
 }
+
+/// The stall watcher's history, filled as `threads` busy threads sampled at
+/// `hz` for `seconds` fill it while `keep_ms` is kept (the watcher's own
+/// limits and chunk sizes), for the benchmark's memory figure. Each thread
+/// has `stacks` distinct stacks of `depth` frames (a shared root half, as
+/// real threads do) and every sample takes one at random, so consecutive
+/// samples rarely share a row: the costly case. Returns JSON `{bytes,
+/// peakBytes, rows, truncated}` (bytes: capacity held, spare chunk included).
+#[napi(js_name = "__stallHistoryMemory")]
+pub fn stall_history_memory(threads: u32, hz: u32, seconds: u32, keep_ms: u32, stacks: u32, depth: u32) -> String {
+    use crate::sampler::history::{History, HistorySample, FLAG_CPU};
+    let keep_ns = keep_ms as u64 * 1_000_000;
+    let mut h = History::new(History::span_for(keep_ns), crate::stalls::observer::HISTORY_MAX_BYTES);
+    let period = 1_000_000_000 / hz.max(1) as u64;
+    let depth = depth.max(2) as u64;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut frames = vec![0u64; depth as usize];
+    let mut peak = 0;
+    for tick in 0..(seconds as u64 * hz as u64) {
+        let t = tick * period;
+        for tid in 0..threads as u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let which = rng % stacks.max(1) as u64;
+            for (i, f) in frames.iter_mut().enumerate() {
+                let i = i as u64;
+                // Leaf first: the outer half is the thread's, the inner half the stack's.
+                *f = if i >= depth / 2 { 0x10_0000 + tid * 0x1000 + i } else { 0x4000_0000 + which * 0x100 + i };
+            }
+            h.name_thread(tid + 1, "busy", false);
+            h.push(HistorySample { tid: tid + 1, time_ns: t, frames: &frames, weight_ns: period, flags: FLAG_CPU });
+        }
+        h.trim(t.saturating_sub(keep_ns));
+        peak = peak.max(h.bytes());
+    }
+    let s = h.stats();
+    json!({ "bytes": s.bytes, "peakBytes": peak, "rows": s.rows, "truncated": s.truncated }).to_string()
+}

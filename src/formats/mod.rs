@@ -43,6 +43,7 @@ pub mod names;
 mod pprof;
 pub mod report;
 mod speedscope;
+pub mod stall_summary;
 pub mod tree;
 pub mod view;
 pub mod warnings;

@@ -6,6 +6,8 @@
 pub mod backend;
 pub mod buffer;
 pub mod error;
+pub mod history;
+pub mod observer;
 pub mod options;
 pub mod registry;
 pub mod session;

@@ -36,6 +36,10 @@ pub struct SamplerOptions {
     pub duration_ns: Option<u64>,
     /// Name JavaScript frames from V8 where the thread's isolate is known.
     pub js_names: bool,
+    /// Keep what is sampled. False for a loop that only serves an
+    /// observer (see `super::observer`): nothing is stored and the
+    /// statistics are left alone.
+    pub record: bool,
 }
 
 impl Default for SamplerOptions {
@@ -49,6 +53,7 @@ impl Default for SamplerOptions {
             mode: super::backend::Mode::Cpu,
             duration_ns: None,
             js_names: true,
+            record: true,
         }
     }
 }

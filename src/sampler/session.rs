@@ -14,6 +14,10 @@
 //!
 //! Consecutive idle samples of a thread with the same stack are one row
 //! with a weight, so idle threads cannot crowd busy ones out of the buffer.
+//!
+//! The loop also serves an [`Observer`] (the stall watcher): every sample
+//! goes to it too, it wakes the loop at its own deadlines, and captures it
+//! asks for are its alone (see `super::observer`).
 
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -26,6 +30,7 @@ use rustc_hash::FxHashMap;
 use super::backend::{Backend, Capture, CaptureConfig, CapturedStack, Mode, StackRewrite};
 use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
+use super::observer::{ObservedSample, Observer, SampleKind};
 use super::options::SamplerOptions;
 use super::registry::{ThreadEntry, ThreadRegistry};
 use super::stacks::StackTable;
@@ -86,7 +91,7 @@ impl Schedule {
 }
 
 /// A thread as it appears in the profile.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadRecord {
     pub tid: u64,
     pub name: String,
@@ -116,6 +121,8 @@ pub struct Hooks {
     /// Called once at the start and once per tick, after every thread the
     /// tick stopped has been resumed, with the backend's time.
     pub on_tick: Option<Box<dyn FnMut(u64) + Send>>,
+    /// The loop's second consumer (see `super::observer`).
+    pub observer: Option<Arc<dyn Observer>>,
 }
 
 struct ThreadState {
@@ -132,6 +139,10 @@ struct ThreadState {
     active_ns: u64,
     /// For a long-idle thread: when to read its CPU clock next.
     next_check_ns: u64,
+    /// The session asked for a capture of this thread that has not come
+    /// yet; a requested capture is the session's only then (otherwise the
+    /// observer asked for it).
+    session_wants: bool,
 }
 
 /// What the idle rule decided for one thread on one tick.
@@ -154,6 +165,7 @@ impl ThreadState {
             cpu_delta_ns: 0,
             active_ns: now_ns,
             next_check_ns: 0,
+            session_wants: false,
         }
     }
 
@@ -223,16 +235,26 @@ struct Session<'a> {
     mode: Mode,
     /// CPU mode driven by the backend's timers.
     mode_timers: bool,
+    /// Samples are stored and counted (see `SamplerOptions::record`); off
+    /// too once a duration is over.
+    recording: bool,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl<'a> Session<'a> {
-    fn new(shared: &'a Shared, options: &SamplerOptions, rewrite: Option<Box<dyn StackRewrite>>) -> Self {
+    fn new(
+        shared: &'a Shared,
+        options: &SamplerOptions,
+        rewrite: Option<Box<dyn StackRewrite>>,
+        observer: Option<Arc<dyn Observer>>,
+    ) -> Self {
+        let rows = if options.record { options.buffer_samples } else { 0 };
         Session {
             shared,
-            samples: SampleBuffer::with_capacity(options.buffer_samples),
+            samples: SampleBuffer::with_capacity(rows),
             // A node per sample frame at worst; more than that cannot be
             // referenced anyway.
-            stacks: StackTable::new(options.buffer_samples.saturating_mul(options.max_stack_depth.min(64))),
+            stacks: StackTable::new(rows.saturating_mul(options.max_stack_depth.min(64))),
             threads: Vec::new(),
             state: FxHashMap::default(),
             leaf: [0],
@@ -242,6 +264,8 @@ impl<'a> Session<'a> {
             interval_ns: options.interval_ns,
             mode: options.mode,
             mode_timers: false,
+            recording: options.record,
+            observer,
         }
     }
 
@@ -265,6 +289,18 @@ impl<'a> Session<'a> {
         if self.state.len() > live.len() {
             let alive: rustc_hash::FxHashSet<u64> = live.iter().map(|e| e.tid).collect();
             self.state.retain(|tid, _| alive.contains(tid));
+        }
+        // A loop that records nothing runs for as long as the process may
+        // (the stall watcher's): it forgets threads that left, so its
+        // memory does not grow with thread churn.
+        if !self.recording && self.threads.len() > 2 * self.state.len() + 256 {
+            let mut threads = Vec::with_capacity(self.state.len());
+            for st in self.state.values_mut() {
+                let t = std::mem::take(&mut self.threads[st.index as usize]);
+                st.index = threads.len() as u32;
+                threads.push(t);
+            }
+            self.threads = threads;
         }
     }
 
@@ -290,37 +326,53 @@ impl<'a> Session<'a> {
         };
     }
 
-    fn on_capture(&mut self, capture: Capture<'_>) {
+    /// A capture from `request` (`requested`) or `collect`.
+    fn on_capture(&mut self, capture: Capture<'_>, requested: bool) {
         let stats = &self.shared.stats;
         match capture {
             Capture::Skipped { .. } => {
-                stats.threads_skipped.add(1);
+                if self.recording {
+                    stats.threads_skipped.add(1);
+                }
             }
-            Capture::Stack(c) => self.on_stack(c),
+            Capture::Stack(c) => self.on_stack(c, requested),
         }
     }
 
-    fn on_stack(&mut self, c: CapturedStack<'_>) {
+    fn on_stack(&mut self, c: CapturedStack<'_>, requested: bool) {
         let stats = &self.shared.stats;
-        stats.record_suspend(c.stopped_ns);
-        if let Some(d) = c.delivery_ns {
-            stats.delivery_hist.record(d);
-        }
-        if c.walk_error() {
-            stats.walk_errors.add(1);
-        }
-        stats.record_end(c.end);
         let Some(st) = self.state.get_mut(&c.tid) else {
             // The thread left the list between request and capture; its
             // stack is still a true sample of it, but we no longer have a
             // slot, so count it as skipped.
-            stats.threads_skipped.add(1);
+            if self.recording {
+                stats.threads_skipped.add(1);
+            }
             return;
         };
+        // A capture that was asked for (a signal sent, or a synchronous
+        // request) is the session's if the session asked; a timer's always.
+        let requested = requested || c.delivery_ns.is_some();
+        let for_session = if requested { std::mem::take(&mut st.session_wants) } else { true };
+        let recorded = for_session && self.recording;
+        if recorded {
+            stats.record_suspend(c.stopped_ns);
+            if let Some(d) = c.delivery_ns {
+                stats.delivery_hist.record(d);
+            }
+            if c.walk_error() {
+                stats.walk_errors.add(1);
+            }
+            stats.record_end(c.end);
+        } else if self.observer.is_none() {
+            return;
+        }
         let native_unwinding = self.shared.native_unwinding.load(Relaxed);
         let frames = match self.rewrite.as_mut() {
             Some(rw) if (!c.runtime_frames.is_empty() || !c.frame_words.is_empty()) && native_unwinding => {
-                stats.js_samples.add(1);
+                if recorded {
+                    stats.js_samples.add(1);
+                }
                 self.merged.clear();
                 rw.rewrite(&c, &mut self.merged);
                 // Runtime frames found beyond a cut native walk can add up
@@ -335,6 +387,22 @@ impl<'a> Session<'a> {
             }
         };
         let index = st.index;
+        if !for_session {
+            if let Some(o) = self.observer.as_ref() {
+                let t = &self.threads[index as usize];
+                let sample = ObservedSample {
+                    tid: c.tid,
+                    thread_name: &t.name,
+                    is_main: t.is_main,
+                    time_ns: c.time_ns,
+                    frames,
+                    kind: SampleKind::Requested,
+                    idle: c.off_cpu,
+                };
+                o.on_sample(&sample);
+            }
+            return;
+        }
         let (weight, cpu_delta_ns) = match (self.mode, self.mode_timers) {
             (Mode::Cpu, true) => (c.weight, c.weight as u64 * self.interval_ns),
             (Mode::Cpu, false) => {
@@ -346,6 +414,27 @@ impl<'a> Session<'a> {
             }
             (Mode::Wall, _) => (c.weight, std::mem::take(&mut st.cpu_delta_ns)),
         };
+        if let Some(o) = self.observer.as_ref() {
+            let t = &self.threads[index as usize];
+            let ns = weight as u64 * self.interval_ns;
+            let kind = if self.mode == Mode::Cpu { SampleKind::Cpu { ns } } else { SampleKind::Wall { ns } };
+            let sample = ObservedSample {
+                tid: c.tid,
+                thread_name: &t.name,
+                is_main: t.is_main,
+                time_ns: c.time_ns,
+                frames,
+                kind,
+                idle: c.off_cpu,
+            };
+            o.on_sample(&sample);
+        }
+        if !self.recording {
+            // Captured once: the idle rule and CPU mode's first capture
+            // look at this, not at the stack.
+            st.last_stack.get_or_insert(u32::MAX);
+            return;
+        }
         match self.stacks.intern(frames) {
             Ok(stack) => {
                 st.last_stack = Some(stack);
@@ -376,10 +465,11 @@ pub fn run<B: Backend>(
     backend.prepare_sampler_thread();
     let own_tid = backend.current_tid();
     let idle_threshold = backend.idle_cpu_threshold_ns();
-    let Hooks { rewrite, mut on_tick } = hooks;
-    let mut session = Session::new(shared, &options, rewrite);
+    let Hooks { rewrite, mut on_tick, observer } = hooks;
+    let mut session = Session::new(shared, &options, rewrite, observer.clone());
     let mut live: Vec<ThreadEntry> = Vec::with_capacity(64);
     let mut batch: Vec<ThreadEntry> = Vec::with_capacity(64);
+    let mut extra: Vec<ThreadEntry> = Vec::new();
 
     let start_ns = backend.now_ns();
     let start_wall_ms = std::time::SystemTime::now()
@@ -407,61 +497,78 @@ pub fn run<B: Backend>(
     let period = if timers { timer_drain_period(options.interval_ns) } else { options.interval_ns };
     let mut schedule = Schedule::new(start_ns, period);
     let sampling_ends = options.duration_ns.map(|d| start_ns.saturating_add(d));
+    // The duration is over but an observer is served until stop().
+    let mut sampling_over = false;
+    let mut observer_due = if observer.is_some() { start_ns } else { u64::MAX };
     if let Some(f) = on_tick.as_mut() {
         f(start_ns);
     }
 
+    // Whether stop() ended the loop (rather than the duration).
+    let mut stopped = false;
     loop {
         match stop.try_recv() {
-            Ok(()) | Err(TryRecvError::Disconnected) => break,
+            Ok(()) | Err(TryRecvError::Disconnected) => {
+                stopped = true;
+                break;
+            }
             Err(TryRecvError::Empty) => {}
         }
         let now = backend.now_ns();
-        if sampling_ends.is_some_and(|end| now >= end) {
-            // The duration is over: keep what was recorded and wait for stop().
-            break;
+        if !sampling_over && sampling_ends.is_some_and(|end| now >= end) {
+            // The duration is over: keep what was recorded and wait for
+            // stop(), serving the observer meanwhile if there is one.
+            if observer.is_none() {
+                break;
+            }
+            sampling_over = true;
+            session.recording = false;
         }
         let due = match sampling_ends {
-            Some(end) => schedule.next_ns.min(end),
-            None => schedule.next_ns,
+            Some(end) if !sampling_over => schedule.next_ns.min(end),
+            _ => schedule.next_ns,
         };
+        let due = due.min(observer_due);
         if now < due {
             backend.sleep_until(due.min(now + MAX_SLEEP_NS));
             // Woken early by captures piling up (timers): drain them now.
             if timers && backend.now_ns() < due {
-                backend.collect(&mut |c| session.on_capture(c));
+                backend.collect(&mut |c| session.on_capture(c, false));
             }
             continue;
         }
 
-        // One tick.
-        stats.ticks.add(1);
-        if now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
-            let full = now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
-            if full {
-                last_full_refresh = now;
-            }
-            backend.refresh_threads(&shared.registry, full);
-            // Unchanged (the common case, however many threads): no copy.
-            let generation = shared.registry.generation();
-            if generation != seen_generation {
-                seen_generation = generation;
-                shared.registry.snapshot(&mut live);
-                live.retain(|e| e.tid != own_tid);
-                session.sync_threads(&live, backend.now_ns());
-            }
-            last_refresh = now;
-        }
-
+        let tick = now >= schedule.next_ns;
         let cfg = CaptureConfig {
             max_depth: options.max_stack_depth,
             native_unwinding: shared.native_unwinding.load(Relaxed),
         };
+        if tick {
+            if session.recording {
+                stats.ticks.add(1);
+            }
+            if now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
+                let full = now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
+                if full {
+                    last_full_refresh = now;
+                }
+                backend.refresh_threads(&shared.registry, full);
+                // Unchanged (the common case, however many threads): no copy.
+                let generation = shared.registry.generation();
+                if generation != seen_generation {
+                    seen_generation = generation;
+                    shared.registry.snapshot(&mut live);
+                    live.retain(|e| e.tid != own_tid);
+                    session.sync_threads(&live, backend.now_ns());
+                }
+                last_refresh = now;
+            }
+        }
         backend.set_capture_config(cfg);
-        backend.collect(&mut |c| session.on_capture(c));
+        backend.collect(&mut |c| session.on_capture(c, false));
 
-        if !timers {
-            batch.clear();
+        batch.clear();
+        if tick && !timers && !sampling_over {
             for entry in &live {
                 let Some(st) = session.state.get_mut(&entry.tid) else { continue };
                 let checked = st.needs_cpu_check(now, options.idle_skip);
@@ -469,7 +576,9 @@ pub fn run<B: Backend>(
                     match backend.thread_cpu_ns(entry) {
                         Ok(cpu) => cpu,
                         Err(_) => {
-                            stats.threads_skipped.add(1);
+                            if session.recording {
+                                stats.threads_skipped.add(1);
+                            }
                             continue;
                         }
                     }
@@ -484,6 +593,7 @@ pub fn run<B: Backend>(
                     st.cpu_acc_ns += st.cpu_delta_ns - before;
                     let first = st.last_stack.is_none() && cpu.is_some();
                     if st.cpu_acc_ns >= options.interval_ns || first {
+                        st.session_wants = true;
                         batch.push(*entry);
                     }
                     continue;
@@ -491,38 +601,69 @@ pub fn run<B: Backend>(
                 match action {
                     TickAction::CarryForward(stack) => {
                         let cpu_delta_ns = std::mem::take(&mut st.cpu_delta_ns);
-                        let rec =
-                            SampleRecord { thread: st.index, time_ns: now, stack, idle: true, cpu_delta_ns, weight: 1 };
-                        stats.idle_samples.add(1);
-                        session.push(entry.tid, rec);
+                        if let Some(o) = observer.as_ref() {
+                            o.on_idle(entry.tid, now, options.interval_ns);
+                        }
+                        if session.recording {
+                            let rec = SampleRecord {
+                                thread: st.index,
+                                time_ns: now,
+                                stack,
+                                idle: true,
+                                cpu_delta_ns,
+                                weight: 1,
+                            };
+                            stats.idle_samples.add(1);
+                            session.push(entry.tid, rec);
+                        }
                     }
-                    TickAction::Capture => batch.push(*entry),
+                    TickAction::Capture => {
+                        st.session_wants = true;
+                        batch.push(*entry);
+                    }
                 }
             }
-            if !batch.is_empty() {
-                backend.request(&batch, cfg, &mut |c| session.on_capture(c));
+        }
+        // The observer's captures go with the session's, in one request.
+        if let Some(o) = observer.as_ref() {
+            if tick || now >= observer_due {
+                extra.clear();
+                observer_due = o.on_wake(now, &live, &mut extra);
+                for e in &extra {
+                    if !batch.iter().any(|b| b.tid == e.tid) {
+                        batch.push(*e);
+                    }
+                }
             }
+        }
+        if !batch.is_empty() {
+            backend.request(&batch, cfg, &mut |c| session.on_capture(c, true));
+        }
+        if !tick {
+            continue;
         }
         // After the request: every thread stopped by it has been resumed.
         if let Some(f) = on_tick.as_mut() {
             f(backend.now_ns());
         }
-        if stats.ticks.get().is_multiple_of(16) {
+        if stats.ticks.get().is_multiple_of(16) && session.recording {
             stats.sampler_cpu_ns.set(backend.own_cpu_ns());
         }
 
         let skipped = schedule.advance(backend.now_ns());
-        if skipped > 0 && !timers {
+        if skipped > 0 && !timers && session.recording {
             stats.ticks_missed.add(skipped);
         }
     }
 
-    backend.finish(FINISH_TIMEOUT_NS, &mut |c| session.on_capture(c));
-    let counters = backend.backend_counters();
-    stats.samples_lost.add(counters.lost);
-    stats.foreign_stacks.add(counters.foreign_stacks);
-    stats.signal_taken_over.set(counters.signal_taken_over as u64);
-    if sampling_ends.is_some() {
+    backend.finish(FINISH_TIMEOUT_NS, &mut |c| session.on_capture(c, false));
+    if options.record {
+        let counters = backend.backend_counters();
+        stats.samples_lost.add(counters.lost);
+        stats.foreign_stacks.add(counters.foreign_stacks);
+        stats.signal_taken_over.set(counters.signal_taken_over as u64);
+    }
+    if !stopped {
         // Sampling ended early; the session lasts until stop() all the same.
         let _ = stop.recv();
     }
@@ -534,7 +675,9 @@ pub fn run<B: Backend>(
     shared.registry.snapshot(&mut live);
     live.retain(|e| e.tid != own_tid);
     session.sync_threads(&live, backend.now_ns());
-    stats.sampler_cpu_ns.set(backend.own_cpu_ns());
+    if options.record {
+        stats.sampler_cpu_ns.set(backend.own_cpu_ns());
+    }
 
     // With a duration, the recording ends when sampling did.
     let end_ns = match sampling_ends {
@@ -880,6 +1023,170 @@ mod tests {
         let arc = Arc::new(shared);
         let rec = run(b, opts, &arc, rx, Hooks::default());
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30]);
+    }
+
+    /// Asks for a capture of `tid` every `every_ns`, and keeps what it sees.
+    struct TestObserver {
+        tid: u64,
+        every_ns: u64,
+        seen: Mutex<Vec<(u64, SampleKind)>>,
+        idle: Mutex<Vec<u64>>,
+        wakes: AtomicU64,
+    }
+
+    impl TestObserver {
+        fn new(tid: u64, every_ns: u64) -> Arc<Self> {
+            Arc::new(TestObserver {
+                tid,
+                every_ns,
+                seen: Mutex::new(Vec::new()),
+                idle: Mutex::new(Vec::new()),
+                wakes: AtomicU64::new(0),
+            })
+        }
+
+        fn count(&self, tid: u64, pred: impl Fn(SampleKind) -> bool) -> usize {
+            self.seen.lock().unwrap().iter().filter(|&&(t, k)| t == tid && pred(k)).count()
+        }
+    }
+
+    impl Observer for TestObserver {
+        fn on_wake(&self, now_ns: u64, live: &[ThreadEntry], capture: &mut Vec<ThreadEntry>) -> u64 {
+            self.wakes.fetch_add(1, SeqCst);
+            capture.extend(live.iter().filter(|e| e.tid == self.tid));
+            now_ns + self.every_ns
+        }
+        fn on_sample(&self, s: &ObservedSample<'_>) {
+            assert_eq!(s.frames, &[0x30, 0x20, 0x10]);
+            self.seen.lock().unwrap().push((s.tid, s.kind));
+        }
+        fn on_idle(&self, tid: u64, _time_ns: u64, ns: u64) {
+            assert_eq!(ns, 1_000_000);
+            self.idle.lock().unwrap().push(tid);
+        }
+    }
+
+    #[test]
+    fn observer_captures_stay_out_of_the_recording() {
+        // The session ticks every 1 ms; the observer wakes every 250 µs and
+        // asks for thread 1 each time.
+        let (b, rx, requests) = fake(40, &[1, 2]);
+        let shared = Shared::default();
+        shared.native_unwinding.store(true, SeqCst);
+        let obs = TestObserver::new(1, 250_000);
+        let hooks = Hooks { observer: Some(obs.clone()), ..Default::default() };
+        let opts = SamplerOptions { interval_ns: 1_000_000, mode: Mode::Wall, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, hooks);
+        let ticks = rec.stats.ticks;
+        assert!(ticks >= 8, "{ticks} ticks");
+        // The recording is what the session alone would have: a sample of
+        // each thread per tick.
+        assert_eq!(rec.stats.samples_captured, 2 * ticks);
+        assert_eq!(rec.samples.weight.iter().map(|&w| w as u64).sum::<u64>(), 2 * ticks);
+        // The observer saw the session's samples of thread 1 (as wall
+        // time), its own captures between ticks, and thread 2 idle.
+        assert_eq!(obs.count(1, |k| k == SampleKind::Wall { ns: 1_000_000 }) as u64, ticks);
+        let own = obs.count(1, |k| k == SampleKind::Requested) as u64;
+        assert!((2 * ticks..=3 * ticks + 4).contains(&own), "{own} captures of its own in {ticks} ticks");
+        assert_eq!(obs.count(2, |k| k == SampleKind::Requested), 0);
+        assert_eq!(obs.idle.lock().unwrap().len() as u64, ticks - 1, "thread 2 idle after its first tick");
+        // 40 requests, each of thread 1 once (the session's and the
+        // observer's are one capture on a tick), and thread 2's first.
+        assert_eq!(requests.load(SeqCst), 41);
+    }
+
+    #[test]
+    fn a_loop_that_records_nothing_serves_its_observer() {
+        let (mut b, rx, _) = fake(20, &[1, 2]);
+        b.cpu_step = 2_000_000;
+        let shared = Shared::default();
+        shared.native_unwinding.store(true, SeqCst);
+        let obs = TestObserver::new(0, u64::MAX / 4);
+        let hooks = Hooks { observer: Some(obs.clone()), ..Default::default() };
+        let opts = SamplerOptions { interval_ns: 1_000_000, mode: Mode::Cpu, record: false, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, hooks);
+        assert!(rec.samples.is_empty());
+        assert_eq!(rec.samples.capacity(), 0, "nothing reserved");
+        assert_eq!(rec.stats, StatsSnapshot { thread_count: rec.stats.thread_count, ..Default::default() });
+        // Thread 1 ran 2 ms per tick: CPU samples of 2 intervals each.
+        let cpu = obs.count(1, |k| matches!(k, SampleKind::Cpu { .. }));
+        assert!(cpu >= 15, "{cpu}");
+        assert_eq!(obs.count(2, |_| true), 1, "idle thread 2: its first capture only");
+    }
+
+    /// Replaces a thread on every wake: thread churn.
+    struct Churn {
+        threads: Arc<Mutex<Vec<(u64, bool)>>>,
+        next: AtomicU64,
+    }
+
+    impl Observer for Churn {
+        fn on_wake(&self, now_ns: u64, _live: &[ThreadEntry], _capture: &mut Vec<ThreadEntry>) -> u64 {
+            let mut t = self.threads.lock().unwrap();
+            for e in t.iter_mut().filter(|e| e.0 >= 100) {
+                e.1 = false;
+            }
+            // Long enough dead for a refresh to have seen it go.
+            let next = self.next.load(SeqCst);
+            t.retain(|e| e.0 < 100 || e.0 + 50 > next);
+            t.push((self.next.fetch_add(1, SeqCst), true));
+            now_ns + 1_000_000
+        }
+        fn on_sample(&self, _s: &ObservedSample<'_>) {}
+    }
+
+    #[test]
+    fn a_loop_that_records_nothing_forgets_threads_that_left() {
+        let (b, rx, _) = fake(8_000, &[1, 2]);
+        let churn = Arc::new(Churn { threads: b.threads.clone(), next: AtomicU64::new(100) });
+        let shared = Shared::default();
+        let hooks = Hooks { observer: Some(churn.clone()), ..Default::default() };
+        let opts = SamplerOptions { interval_ns: 1_000_000, mode: Mode::Wall, record: false, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, hooks);
+        let seen = churn.next.load(SeqCst) - 100;
+        assert!(seen > 4_000, "{seen} threads came and went");
+        assert!(rec.threads.len() <= 2 * 4 + 256, "{} threads kept", rec.threads.len());
+        assert!(rec.threads.iter().any(|t| t.tid == 1) && rec.threads.iter().any(|t| t.tid == 2));
+    }
+
+    #[test]
+    fn stop_before_the_duration_ends_returns() {
+        let (b, rx, _) = fake(5, &[1]);
+        let shared = Arc::new(Shared::default());
+        let opts = SamplerOptions {
+            interval_ns: 1_000_000,
+            mode: Mode::Wall,
+            duration_ns: Some(3_600_000_000_000),
+            ..Default::default()
+        };
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            let rec = run(b, opts, &s, rx, Hooks::default());
+            let _ = done_tx.send(rec.stats.ticks);
+        });
+        let ticks = done_rx.recv_timeout(std::time::Duration::from_secs(10)).expect("stop() returned");
+        assert_eq!(ticks, 5);
+    }
+
+    #[test]
+    fn an_observer_is_served_after_the_duration() {
+        let (b, rx, _) = fake(30, &[1]);
+        let shared = Shared::default();
+        shared.native_unwinding.store(true, SeqCst);
+        let obs = TestObserver::new(1, 1_000_000);
+        let hooks = Hooks { observer: Some(obs.clone()), ..Default::default() };
+        let opts = SamplerOptions {
+            interval_ns: 1_000_000,
+            mode: Mode::Wall,
+            duration_ns: Some(5_000_000),
+            ..Default::default()
+        };
+        let rec = run(b, opts, &shared, rx, hooks);
+        // About 5 ticks recorded; the observer kept sampling until stop.
+        assert!((4..=6).contains(&rec.stats.ticks), "{}", rec.stats.ticks);
+        assert_eq!(rec.end_ns - rec.start_ns, 5_000_000);
+        assert!(obs.count(1, |k| k == SampleKind::Requested) >= 20);
     }
 
     #[test]

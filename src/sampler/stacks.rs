@@ -58,24 +58,46 @@ impl StackTable {
         }
         let mut parent: i32 = -1;
         for &addr in leaf_first.iter().rev() {
-            let frame = self.intern_frame(addr);
-            let key = (parent, frame);
-            let node = match self.node_index.get(&key) {
-                Some(&n) => n,
-                None => {
-                    if self.stack_frame.len() >= self.max_nodes {
-                        return Err(TableFull);
-                    }
-                    let n = self.stack_frame.len() as u32;
-                    self.stack_frame.push(frame);
-                    self.stack_parent.push(parent);
-                    self.node_index.insert(key, n);
-                    n
-                }
-            };
-            parent = node as i32;
+            parent = self.intern_child(parent, addr)? as i32;
         }
         Ok(parent as u32)
+    }
+
+    /// Interns one node: `address` called from node `parent` (-1 for a root).
+    pub fn intern_child(&mut self, parent: i32, address: u64) -> Result<u32, TableFull> {
+        let frame = self.intern_frame(address);
+        let key = (parent, frame);
+        if let Some(&n) = self.node_index.get(&key) {
+            return Ok(n);
+        }
+        if self.stack_frame.len() >= self.max_nodes {
+            return Err(TableFull);
+        }
+        let n = self.stack_frame.len() as u32;
+        self.stack_frame.push(frame);
+        self.stack_parent.push(parent);
+        self.node_index.insert(key, n);
+        Ok(n)
+    }
+
+    /// Empties the table, keeping its memory for reuse.
+    pub fn clear(&mut self) {
+        self.frame_address.clear();
+        self.stack_frame.clear();
+        self.stack_parent.clear();
+        self.frame_index.clear();
+        self.node_index.clear();
+    }
+
+    /// Frees what only interning needs (the indexes) and spare capacity:
+    /// the table stays readable, and interning into it again starts over
+    /// (`clear` first).
+    pub fn seal(&mut self) {
+        self.frame_index = FxHashMap::default();
+        self.node_index = FxHashMap::default();
+        self.frame_address.shrink_to_fit();
+        self.stack_frame.shrink_to_fit();
+        self.stack_parent.shrink_to_fit();
     }
 
     /// The addresses of a stack, leaf first.

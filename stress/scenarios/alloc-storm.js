@@ -13,6 +13,7 @@
 
 const { Worker } = require('worker_threads')
 const { main, progress } = require('../lib/child')
+const { StallWatch } = require('../lib/stall-watch')
 const { Sampling } = require('../lib/sampler')
 
 const WORKER = `
@@ -52,6 +53,8 @@ main(async (o, c) => {
   const state = []
   const workers = []
   const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 1000, what: 'alloc-storm', mode: o.mode ?? 'alternate' })
+  // `stalls`: the stall watcher on for the whole scenario (stress/lib/stall-watch.js).
+  const stallWatch = o.stalls ? new StallWatch(c) : null
   for (let i = 0; i < threads; i++) {
     const w = new Worker(WORKER, { eval: true, workerData: { ms } })
     const s = { tid: null, n: 0, bad: 0, bytes: 0, done: false, last: Date.now(), exit: null }
@@ -89,6 +92,7 @@ main(async (o, c) => {
   }
   const codes = await Promise.all(workers)
   sampling.stop()
+  if (stallWatch) stallWatch.stop()
   c.eq(codes, codes.map(() => 0), 'worker exit codes')
   for (let i = 0; i < state.length; i++) {
     const s = state[i]

@@ -15,6 +15,7 @@
 const fs = require('fs')
 const { Worker } = require('worker_threads')
 const { main, progress } = require('../lib/child')
+const { StallWatch } = require('../lib/stall-watch')
 const { Sampling, ms } = require('../lib/sampler')
 const { rng } = require('../lib/check')
 const { ADDON } = require('../lib/proc')
@@ -82,6 +83,8 @@ main(async (o, c) => {
   const baseline = taskCount()
   const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 2000, what: 'thread-churn', mode: o.mode ?? 'alternate' })
   const timerWatch = setInterval(() => sampling.watchTimers(), 25)
+  // `stalls`: the stall watcher on for the whole scenario (stress/lib/stall-watch.js).
+  const stallWatch = o.stalls ? new StallWatch(c) : null
   const counts = {}
   const inFlight = new Set()
   let created = 0
@@ -140,6 +143,7 @@ main(async (o, c) => {
   await Promise.all(inFlight)
   clearInterval(timerWatch)
   sampling.stop()
+  if (stallWatch) stallWatch.stop()
   const rate = (created / ((Date.now() - startedAt) / 60000)).toFixed(0)
   c.info.workers = created
   c.info.perMinute = Number(rate)

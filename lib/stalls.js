@@ -1,0 +1,44 @@
+'use strict'
+// watchStalls(options): the addon's watcher (src/bindings/stalls.rs), and
+// the one thing only JavaScript can do for it: when the process exits
+// during a stall, the loop will never turn again, so the stall (cut at
+// exit) and any not yet handed over go to onStall from the 'exit' event.
+
+const fs = require('fs')
+const { watchStallsNative } = require('./addon.js')
+
+function watchStalls(options) {
+  // The addon checks every option (EINVAL, with the range) before anything starts.
+  const watcher = watchStallsNative(options)
+  const onStall = options.onStall
+  let open = true
+  const atExit = () => {
+    if (!open) return
+    open = false
+    try {
+      for (const stall of watcher._flush()) onStall(stall)
+    } catch (e) {
+      // An exception in 'exit' would change the exit code; say it instead.
+      try {
+        fs.writeSync(2, `machsampler: onStall threw at exit: ${(e && e.stack) || e}\n`)
+      } catch {}
+    }
+    watcher.close()
+  }
+  process.on('exit', atExit)
+  return Object.freeze({
+    /** Stops watching; a stall not yet handed to onStall is dropped. */
+    close() {
+      if (!open) return
+      open = false
+      process.removeListener('exit', atExit)
+      watcher.close()
+    },
+    /** Counters of this watcher and of the history the watchers share. */
+    stats() {
+      return watcher.stats()
+    },
+  })
+}
+
+module.exports = { watchStalls }

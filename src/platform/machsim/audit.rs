@@ -135,11 +135,7 @@ pub fn start_watchdog() {
 }
 
 extern "C" fn watchdog(_: *mut c_void) -> *mut c_void {
-    {
-        let _k = KernelMode::enter();
-        let t = kernel::lock().thread_for_tid(super::gettid());
-        t.internal.store(true, Ordering::Release);
-    }
+    super::pthread::internal_started();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(20));
         let now = super::monotonic_ns();

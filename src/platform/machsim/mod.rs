@@ -289,6 +289,9 @@ pub unsafe fn mach_vm_deallocate(task: mach_port_t, address: u64, size: u64) -> 
 /// Lists the task's threads: every thread in `/proc/self/task` but the
 /// simulation's own. Threads the kernel knew that are gone are reaped.
 fn live_threads() -> Vec<&'static Thread> {
+    while pthread::STARTING.load(Ordering::SeqCst) > 0 {
+        std::thread::yield_now();
+    }
     let mut tids: Vec<u64> = std::fs::read_dir("/proc/self/task")
         .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_default();
@@ -484,7 +487,7 @@ pub unsafe fn thread_get_state(
 
 /// A thread's CPU time (total, user) in ns from its CPU clocks, or None
 /// if the thread no longer exists.
-fn cpu_times(tid: u64) -> Option<(u64, u64)> {
+pub(crate) fn cpu_times(tid: u64) -> Option<(u64, u64)> {
     let read = |clock: libc::clockid_t| {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: valid out-pointer; an unknown clock fails with EINVAL.
@@ -699,11 +702,11 @@ pub unsafe fn pthread_set_qos_class_self_np(class: qos_class_t, _priority: c_int
     0
 }
 
-/// The QoS class a thread set for itself (0 if none).
-pub fn qos_of(tid: u64) -> i32 {
+/// The tids of the threads that set `class` for themselves.
+pub fn threads_with_qos(class: qos_class_t) -> Vec<u64> {
     let _k = KernelMode::enter();
     let k = kernel::lock();
-    k.threads.iter().rev().find(|t| t.tid == tid).map_or(0, |t| t.qos.load(Ordering::Relaxed))
+    k.threads.iter().filter(|t| t.qos.load(Ordering::Relaxed) == class as i32).map(|t| t.tid).collect()
 }
 
 pub unsafe fn sysctlbyname(

@@ -14,7 +14,7 @@
 //! re-parks if a new suspend raced its leaving, so the context stays valid
 //! for as long as the count is above zero.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use super::kernel::{Phase, Thread};
 
@@ -25,10 +25,11 @@ pub const LEAVING: u32 = 3;
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// CPU time one park costs the thread outside its handler (delivery,
-/// `sigreturn`, restarting an interrupted system call): measured at
-/// 0.1-0.2 µs, counted generously, since a thread charged for being parked
-/// would never look idle.
-const PARK_OVERHEAD_NS: u64 = 5_000;
+/// `sigreturn`, restarting an interrupted system call). Measured when the
+/// signal is installed ([`calibrate`]; 5-7 µs on a 2-vCPU VM) and counted
+/// three times over (at least 5 µs): a blocked thread charged for being parked would never look
+/// idle, while a running thread's few µs more or less do not matter.
+static PARK_OVERHEAD_NS: AtomicU64 = AtomicU64::new(0);
 
 fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -68,8 +69,75 @@ fn install() -> i32 {
             }
         }
         SIGNAL.store(sig, Ordering::Release);
+        calibrate();
     });
     SIGNAL.load(Ordering::Acquire)
+}
+
+/// A blocked thread for [`calibrate`]: waits on its word until it is 1.
+extern "C" fn blocked(word: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `word` is the calibration's AtomicU32, alive until we exit.
+    let word = unsafe { &*(word as *const AtomicU32) };
+    super::pthread::internal_started();
+    let tid = super::gettid() as u32;
+    word.store(tid + 2, Ordering::SeqCst);
+    wake_all(word);
+    while word.load(Ordering::SeqCst) != 1 {
+        wait(word, tid + 2, 0);
+    }
+    std::ptr::null_mut()
+}
+
+/// Measures [`PARK_OVERHEAD_NS`]: parks a thread blocked in a futex wait
+/// 100 times and compares its CPU clock with its handler's own time.
+fn calibrate() {
+    let word = AtomicU32::new(0);
+    let mut pt: libc::pthread_t = 0;
+    // SAFETY: libc's pthread_create (past the interposer) with a routine
+    // that only waits on `word`, which outlives the thread (joined below).
+    super::pthread::STARTING.fetch_add(1, Ordering::SeqCst);
+    let rc = unsafe {
+        let create = super::pthread::real_create();
+        create(&mut pt, std::ptr::null(), blocked, &word as *const AtomicU32 as *mut libc::c_void)
+    };
+    if rc != 0 {
+        super::pthread::STARTING.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    while word.load(Ordering::SeqCst) == 0 {
+        wait(&word, 0, 1_000_000);
+    }
+    let tid = (word.load(Ordering::SeqCst) - 2) as u64;
+    let t: &'static Thread = {
+        let _k = super::kernel::KernelMode::enter();
+        super::kernel::lock().thread_for_tid(tid)
+    };
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let cpu = || super::cpu_times(tid).map_or(0, |c| c.0);
+    const N: u64 = 100;
+    let (c0, h0) = (cpu(), t.park_cpu_ns.load(Ordering::SeqCst));
+    for _ in 0..N {
+        t.stop_count.store(1, Ordering::SeqCst);
+        stop(t);
+        t.stop_count.store(0, Ordering::SeqCst);
+        release(t);
+        while t.park.load(Ordering::SeqCst) != RUNNING {
+            std::hint::spin_loop();
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let (c1, h1) = (cpu(), t.park_cpu_ns.load(Ordering::SeqCst));
+    let per_park = c1.saturating_sub(c0).saturating_sub(h1 - h0) / N;
+    PARK_OVERHEAD_NS.store((3 * per_park).max(5_000), Ordering::SeqCst);
+    word.store(1, Ordering::SeqCst);
+    wake_all(&word);
+    // SAFETY: joins the thread created above.
+    unsafe { libc::pthread_join(pt, std::ptr::null_mut()) };
+}
+
+/// What one park is charged beyond its handler's time.
+pub fn park_overhead_ns() -> u64 {
+    PARK_OVERHEAD_NS.load(Ordering::Relaxed)
 }
 
 /// `rt_sigprocmask` itself, past the `pthread_sigmask` interposer.
@@ -189,7 +257,9 @@ extern "C" fn on_park(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
     let cpu_in = own_cpu_ns();
     if t.phase() < Phase::Terminated {
         t.ctx.store(ctx.cast(), Ordering::Release);
+        let mut parks = 0;
         loop {
+            parks += 1;
             t.park.store(PARKED, Ordering::SeqCst);
             wake_all(&t.park);
             loop {
@@ -205,9 +275,9 @@ extern "C" fn on_park(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
             }
         }
         t.ctx.store(std::ptr::null_mut(), Ordering::Release);
+        let cost = own_cpu_ns() - cpu_in + parks * PARK_OVERHEAD_NS.load(Ordering::Relaxed);
+        t.park_cpu_ns.fetch_add(cost, Ordering::Relaxed);
     }
-    let cost = own_cpu_ns() - cpu_in + PARK_OVERHEAD_NS;
-    t.park_cpu_ns.fetch_add(cost, Ordering::Relaxed);
     t.park.store(RUNNING, Ordering::SeqCst);
     wake_all(&t.park);
     // SAFETY: as above.

@@ -7,7 +7,7 @@
 //! active, then the thread is terminated.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 
 use super::kernel::{self, KernelMode, Phase, Thread};
@@ -25,6 +25,12 @@ pub const THREAD_TERMINATE: c_uint = 3;
 static HOOK: AtomicUsize = AtomicUsize::new(0);
 static KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
 static REAL_CREATE: AtomicUsize = AtomicUsize::new(0);
+/// Threads created but not yet registered with the kernel. libpthread
+/// knows a thread before it runs; here a new thread registers itself first
+/// thing, and `task_threads` waits for that, so it never lists a thread
+/// whose pthread is unknown.
+pub static STARTING: AtomicU32 = AtomicU32::new(0);
+
 /// How long an exiting thread stays in the `Unmapped` phase (tests widen
 /// the window in which a sampler can catch it there).
 pub static EXIT_DELAY_NS: AtomicU64 = AtomicU64::new(0);
@@ -71,7 +77,7 @@ pub fn init() {
     });
 }
 
-fn real_create() -> CreateFn {
+pub(super) fn real_create() -> CreateFn {
     let mut f = REAL_CREATE.load(Ordering::Acquire);
     if f == 0 {
         // SAFETY: looks up the next definition of pthread_create (libc's).
@@ -111,6 +117,9 @@ fn fire(event: c_uint, t: &Thread) {
 pub fn register_self(t: &'static Thread) {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() };
+    // Known to pthread_from_mach_thread_np at once, as libpthread's list
+    // knows a thread before it runs; the stack follows (and is computed on
+    // demand if asked for first).
     t.pthread.store(me as u64, Ordering::Release);
     if t.stack_hi.load(Ordering::Acquire) == 0 {
         let (lo, hi) = stack_of(me);
@@ -158,9 +167,11 @@ pub unsafe extern "C" fn pthread_create(
 ) -> c_int {
     init();
     let boxed = Box::into_raw(Box::new(Start { start, arg }));
+    STARTING.fetch_add(1, Ordering::SeqCst);
     // SAFETY: forwards the caller's arguments, with our start routine.
     let rc = unsafe { real_create()(out, attr, thread_main, boxed.cast()) };
     if rc != 0 {
+        STARTING.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: the thread was not created; the box is still ours.
         drop(unsafe { Box::from_raw(boxed) });
     }
@@ -177,6 +188,7 @@ extern "C" fn thread_main(p: *mut c_void) -> *mut c_void {
         t
     };
     register_self(t);
+    STARTING.fetch_sub(1, Ordering::SeqCst);
     // A Mach suspend ignores signal masks: the creator may have blocked
     // every signal, the park signal must not stay blocked.
     unblock_park_signal();
@@ -292,8 +304,10 @@ pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old
 
 /// Starts a thread of the simulation itself (invisible to `task_threads`),
 /// past the interposer.
+/// `f` must call [`internal_started`] first.
 pub fn spawn_internal(f: extern "C" fn(*mut c_void) -> *mut c_void) {
     let mut pt: libc::pthread_t = 0;
+    STARTING.fetch_add(1, Ordering::SeqCst);
     // SAFETY: libc's pthread_create with a valid start routine.
     let rc = unsafe { real_create()(&mut pt, std::ptr::null(), f, std::ptr::null_mut()) };
     if rc != 0 {
@@ -301,4 +315,16 @@ pub fn spawn_internal(f: extern "C" fn(*mut c_void) -> *mut c_void) {
     }
     // SAFETY: detaching a thread we created.
     unsafe { libc::pthread_detach(pt) };
+}
+
+/// Marks the calling thread as the simulation's own (see [`spawn_internal`]).
+pub fn internal_started() -> &'static Thread {
+    let t = {
+        let _k = KernelMode::enter();
+        let t = kernel::lock().thread_for_tid(super::gettid());
+        t.internal.store(true, Ordering::Release);
+        t
+    };
+    STARTING.fetch_sub(1, Ordering::SeqCst);
+    t
 }

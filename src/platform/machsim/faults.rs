@@ -1,8 +1,8 @@
 //! Fault injection: the next calls of a kind return a chosen
 //! `kern_return_t` (or, for calls that return no code, fail their own way).
 //! Tests arm faults with [`inject`]; a process can also arm them at start
-//! with `MACHSIM_FAULTS=call=code[xN],...` (for example
-//! `thread_suspend=37x5,rosetta=1`), read once when the simulation starts.
+//! with `MACHSIM_FAULTS=call=code[*N],...` (for example
+//! `thread_suspend=37*5,rosetta=1`), read once when the simulation starts.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
@@ -102,7 +102,7 @@ pub fn arm_from(spec: &str) -> Result<(), String> {
             .find(|(n, _)| *n == name)
             .map(|(_, c)| *c)
             .ok_or_else(|| format!("machsim: unknown fault `{name}`"))?;
-        let (code, times) = match value.split_once('x') {
+        let (code, times) = match value.split_once('*') {
             Some((c, t)) => (c, t.parse::<u32>().map_err(|e| format!("machsim: fault `{item}`: {e}"))?),
             None => (value, u32::MAX),
         };
@@ -128,7 +128,8 @@ mod tests {
         assert!(arm_from("nonsense=5").is_err());
         assert!(arm_from("thread_suspend").is_err());
         assert!(arm_from("thread_suspend=zz").is_err());
-        assert!(arm_from("thread_suspend=5xq").is_err());
+        assert!(arm_from("thread_suspend=5*q").is_err());
+        assert_eq!(arm_from("thread_get_state=0x10000003*0, va_bits=1*0"), Ok(()), "hex codes and counts");
         assert_eq!(parse_code("0x10000003"), Some(0x1000_0003));
     }
 }

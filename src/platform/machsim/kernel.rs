@@ -2,17 +2,18 @@
 //! (port names with user-reference counts, dead names, immediate reuse of
 //! freed names) and the memory `task_threads` maps for its results.
 //!
-//! One spin lock guards it. Every entry point that takes the lock first
+//! One lock guards it. Every entry point that takes the lock first
 //! blocks the park signal on the calling thread (see [`KernelMode`]), so a
 //! thread is never parked while it holds the lock, as a thread suspended in
 //! user mode holds no kernel lock.
 
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::park;
 
 pub const KERN_SUCCESS: i32 = 0;
+pub const KERN_INVALID_ADDRESS: i32 = 1;
 pub const KERN_INVALID_ARGUMENT: i32 = 4;
 pub const KERN_FAILURE: i32 = 5;
 pub const KERN_ABORTED: i32 = 14;
@@ -134,48 +135,31 @@ pub struct State {
     pub stray_vm_frees: u64,
 }
 
-struct Kernel {
-    locked: AtomicBool,
-    state: UnsafeCell<Option<State>>,
-}
+/// A sleeping lock: a holder that is descheduled is waited for, not spun on.
+static KERNEL: Mutex<Option<State>> = Mutex::new(None);
 
-// SAFETY: `state` is only reached through `Guard`, which holds `locked`.
-unsafe impl Sync for Kernel {}
-
-static KERNEL: Kernel = Kernel { locked: AtomicBool::new(false), state: UnsafeCell::new(None) };
-
-pub struct Guard(());
+pub struct Guard(MutexGuard<'static, Option<State>>);
 
 impl std::ops::Deref for Guard {
     type Target = State;
     fn deref(&self) -> &State {
-        // SAFETY: the guard holds the lock; `lock` initialised the state.
-        unsafe { (*KERNEL.state.get()).as_ref().unwrap_unchecked() }
+        // SAFETY: `lock` initialised the state before making the guard.
+        unsafe { self.0.as_ref().unwrap_unchecked() }
     }
 }
 
 impl std::ops::DerefMut for Guard {
     fn deref_mut(&mut self) -> &mut State {
-        // SAFETY: as above, exclusively.
-        unsafe { (*KERNEL.state.get()).as_mut().unwrap_unchecked() }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        KERNEL.locked.store(false, Ordering::Release);
+        // SAFETY: as above.
+        unsafe { self.0.as_mut().unwrap_unchecked() }
     }
 }
 
 /// Takes the kernel lock. The caller must be in [`KernelMode`].
 pub fn lock() -> Guard {
-    while KERNEL.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-        std::hint::spin_loop();
-    }
-    // SAFETY: we hold the lock.
-    let state = unsafe { &mut *KERNEL.state.get() };
-    if state.is_none() {
-        *state = Some(State {
+    let mut g = KERNEL.lock().unwrap_or_else(PoisonError::into_inner);
+    if g.is_none() {
+        *g = Some(State {
             entries: Vec::with_capacity(4096),
             free: Vec::with_capacity(4096),
             threads: Vec::with_capacity(1024),
@@ -184,7 +168,7 @@ pub fn lock() -> Guard {
             stray_vm_frees: 0,
         });
     }
-    Guard(())
+    Guard(g)
 }
 
 /// Blocks the park signal on the calling thread while it runs kernel code,
@@ -229,6 +213,19 @@ impl State {
     pub fn thread_for_tid(&mut self, tid: u64) -> &'static Thread {
         if let Some(t) = self.threads.iter().rev().find(|t| t.tid == tid && t.phase() < Phase::Terminated) {
             return t;
+        }
+        self.new_thread(tid)
+    }
+
+    /// A thread that has just started: any older thread with the same tid
+    /// (Linux reuses tids; macOS thread ids never repeat) died unseen, and
+    /// is reaped first.
+    pub fn new_thread(&mut self, tid: u64) -> &'static Thread {
+        let stale: Vec<&'static Thread> =
+            self.threads.iter().filter(|t| t.tid == tid && t.phase() < Phase::Reaped).copied().collect();
+        for t in stale {
+            self.drop_libpthread_ref(t);
+            self.destroy_port(t);
         }
         let t: &'static Thread = Box::leak(Box::new(Thread {
             tid,

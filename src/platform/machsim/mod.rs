@@ -284,6 +284,78 @@ pub unsafe fn mach_vm_deallocate(task: mach_port_t, address: u64, size: u64) -> 
     KERN_SUCCESS
 }
 
+pub type vm_region_info_t = *mut c_int;
+pub const VM_REGION_BASIC_INFO_64: c_int = 9;
+pub const VM_REGION_BASIC_INFO_COUNT_64: mach_msg_type_number_t = 9;
+pub const VM_PROT_READ: c_int = 1;
+pub const VM_PROT_EXECUTE: c_int = 4;
+
+#[repr(C, packed(4))]
+#[derive(Clone, Copy, Debug)]
+pub struct vm_region_basic_info_64 {
+    pub protection: c_int,
+    pub max_protection: c_int,
+    pub inheritance: c_uint,
+    pub shared: c_uint,
+    pub reserved: c_uint,
+    pub offset: u64,
+    pub behavior: c_int,
+    pub user_wired_count: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<vm_region_basic_info_64>() == VM_REGION_BASIC_INFO_COUNT_64 as usize * 4);
+
+/// `mach_vm_region` from `/proc/self/maps`: the first region that ends
+/// above `*address`, its start written back, as XNU does.
+pub unsafe fn mach_vm_region(
+    task: mach_port_t,
+    address: *mut u64,
+    size: *mut u64,
+    flavor: c_int,
+    info: vm_region_info_t,
+    count: *mut mach_msg_type_number_t,
+    object: *mut mach_port_t,
+) -> kern_return_t {
+    // SAFETY: the caller passes valid pointers (checked count below).
+    unsafe {
+        if task != kernel::TASK_NAME {
+            return MACH_SEND_INVALID_DEST;
+        }
+        if flavor != VM_REGION_BASIC_INFO_64 || *count < VM_REGION_BASIC_INFO_COUNT_64 {
+            return KERN_INVALID_ARGUMENT;
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let want = *address;
+        for line in maps.lines() {
+            let mut it = line.split_ascii_whitespace();
+            let (Some(range), Some(perms)) = (it.next(), it.next()) else { continue };
+            let Some((a, b)) = range.split_once('-') else { continue };
+            let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+            if b <= want {
+                continue;
+            }
+            let p = perms.as_bytes();
+            let protection = (p[0] == b'r') as c_int | ((p[1] == b'w') as c_int) << 1 | ((p[2] == b'x') as c_int) << 2;
+            *address = a;
+            *size = b - a;
+            *info.cast::<vm_region_basic_info_64>() = vm_region_basic_info_64 {
+                protection,
+                max_protection: 7,
+                inheritance: 0,
+                shared: (p[3] == b's') as c_uint,
+                reserved: 0,
+                offset: 0,
+                behavior: 0,
+                user_wired_count: 0,
+            };
+            *count = VM_REGION_BASIC_INFO_COUNT_64;
+            *object = MACH_PORT_NULL;
+            return KERN_SUCCESS;
+        }
+        kernel::KERN_INVALID_ADDRESS
+    }
+}
+
 // ----- threads --------------------------------------------------------------
 
 /// Lists the task's threads: every thread in `/proc/self/task` but the
@@ -362,13 +434,14 @@ pub unsafe fn task_threads(
 }
 
 pub unsafe fn thread_suspend(name: thread_act_t) -> kern_return_t {
-    if let Some(kr) = faults::take(Call::ThreadSuspend) {
-        return kr;
-    }
     let t = match thread_of(name) {
         Ok(t) => t,
         Err(kr) => return kr,
     };
+    // Faults answer calls on real threads (not the warm-up's null port).
+    if let Some(kr) = faults::take(Call::ThreadSuspend) {
+        return kr;
+    }
     if t.tid == gettid() {
         fatal("machsim: FATAL: thread_suspend on the calling thread: nothing would ever resume it");
     }
@@ -386,13 +459,14 @@ pub unsafe fn thread_suspend(name: thread_act_t) -> kern_return_t {
 }
 
 pub unsafe fn thread_resume(name: thread_act_t) -> kern_return_t {
-    if let Some(kr) = faults::take(Call::ThreadResume) {
-        return kr;
-    }
     let t = match thread_of(name) {
         Ok(t) => t,
         Err(kr) => return kr,
     };
+    // Faults answer calls on real threads (not the warm-up's null port).
+    if let Some(kr) = faults::take(Call::ThreadResume) {
+        return kr;
+    }
     let mut n = t.stop_count.load(Ordering::SeqCst);
     loop {
         if n == 0 {
@@ -441,13 +515,14 @@ pub unsafe fn thread_get_state(
     state: thread_state_t,
     count: *mut mach_msg_type_number_t,
 ) -> kern_return_t {
-    if let Some(kr) = faults::take(Call::ThreadGetState) {
-        return kr;
-    }
     let t = match thread_of(name) {
         Ok(t) => t,
         Err(kr) => return kr,
     };
+    // Faults answer calls on real threads (not the warm-up's null port).
+    if let Some(kr) = faults::take(Call::ThreadGetState) {
+        return kr;
+    }
     let (want, host) = if cfg!(target_arch = "aarch64") { (68, ARM_THREAD_STATE64) } else { (42, x86_THREAD_STATE64) };
     // SAFETY: the caller passes a valid count.
     if flavor != host || unsafe { *count } < want {
@@ -511,6 +586,10 @@ pub unsafe fn thread_info(
     count: *mut mach_msg_type_number_t,
 ) -> kern_return_t {
     let flavor = flavor as c_int;
+    let t = match thread_of(name) {
+        Ok(t) => t,
+        Err(kr) => return kr,
+    };
     let fault = match flavor {
         THREAD_BASIC_INFO => faults::take(Call::ThreadInfoBasic),
         THREAD_IDENTIFIER_INFO => faults::take(Call::ThreadInfoIdentifier),
@@ -520,10 +599,6 @@ pub unsafe fn thread_info(
     if let Some(kr) = fault {
         return kr;
     }
-    let t = match thread_of(name) {
-        Ok(t) => t,
-        Err(kr) => return kr,
-    };
     let want = match flavor {
         THREAD_BASIC_INFO => THREAD_BASIC_INFO_COUNT,
         THREAD_IDENTIFIER_INFO => THREAD_IDENTIFIER_INFO_COUNT,
@@ -699,6 +774,12 @@ pub unsafe fn pthread_main_np() -> c_int {
 
 pub unsafe fn pthread_set_qos_class_self_np(class: qos_class_t, _priority: c_int) -> c_int {
     current().qos.store(class as i32, Ordering::Relaxed);
+    // USER_INTERACTIVE is macOS's highest priority short of real time; its
+    // Linux counterpart is a negative nice value (where permitted).
+    if class == qos_class_t::QOS_CLASS_USER_INTERACTIVE {
+        // SAFETY: changes the calling thread's nice value only.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, -10) };
+    }
     0
 }
 

@@ -133,6 +133,10 @@ fn calibrate() {
     wake_all(&word);
     // SAFETY: joins the thread created above.
     unsafe { libc::pthread_join(pt, std::ptr::null_mut()) };
+    let _k = super::kernel::KernelMode::enter();
+    let mut k = super::kernel::lock();
+    k.drop_libpthread_ref(t);
+    k.destroy_port(t);
 }
 
 /// What one park is charged beyond its handler's time.

@@ -183,7 +183,7 @@ extern "C" fn thread_main(p: *mut c_void) -> *mut c_void {
     let Start { start, arg } = *unsafe { Box::from_raw(p.cast::<Start>()) };
     let t = {
         let _k = KernelMode::enter();
-        let t = kernel::lock().thread_for_tid(super::gettid());
+        let t = kernel::lock().new_thread(super::gettid());
         t.interposed.store(true, Ordering::Release);
         t
     };
@@ -321,7 +321,7 @@ pub fn spawn_internal(f: extern "C" fn(*mut c_void) -> *mut c_void) {
 pub fn internal_started() -> &'static Thread {
     let t = {
         let _k = KernelMode::enter();
-        let t = kernel::lock().thread_for_tid(super::gettid());
+        let t = kernel::lock().new_thread(super::gettid());
         t.internal.store(true, Ordering::Release);
         t
     };

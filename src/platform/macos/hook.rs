@@ -1,26 +1,12 @@
 //! Process-wide thread tracking: the pthread introspection hook and the
-//! registry it feeds.
+//! thread table it feeds, independent of any session.
 //!
-//! The hook is installed once per process, the first time a backend is
-//! created, and never uninstalled: `pthread_introspection_hook_install` is
-//! a plain pointer exchange, so once another library has chained after us,
-//! taking ours out would cut that library off too. [`make_inert`] stops our
-//! tracking while still forwarding every event to the previous hook. The
-//! library is pinned in memory so the hook's code can never be unmapped.
-//!
-//! The hook keeps a registry independent of any sampling session
-//! ([`registry`]); each backend copies it into the session's registry in
-//! `refresh_threads`. Each tracked thread's `handle` is a send right the
-//! registry owns (from `mach_thread_self()` in THREAD_START, or from
-//! `task_threads`), never libpthread's bare port name, which libpthread
-//! releases when the thread exits and the kernel may then give to a new
-//! thread.
-//!
-//! What runs in the hook: libpthread reading its own thread's struct, the
-//! `mach_thread_self` and `mach_port_deallocate` traps, `getpid`, atomics,
-//! and the registry's mutex for a bounded, non-allocating update. No
-//! allocation, no MIG message, no thread-local access (in THREAD_TERMINATE
-//! the thread's TSD destructors have already run), no panics.
+//! Guarantees: installed once, never uninstalled, every event forwarded to
+//! the hook installed before it; each tracked thread's `handle` is a send
+//! right the table owns (never libpthread's name, which can be reused);
+//! inside the hook nothing allocates, sends a MIG message, touches
+//! thread-local state or takes a lock other than the table's spin lock.
+//! Why: `docs/design/mach-thread-tracking.md`.
 
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -205,7 +191,8 @@ fn on_start(thread: pthread_t) {
     // thread), for which these read its own struct without locking.
     let (top, size) = unsafe { (sys::pthread_get_stackaddr_np(thread) as u64, sys::pthread_get_stacksize_np(thread)) };
     let entry = ThreadEntry::new(tid, port as u64, ThreadName::EMPTY, stack_bounds_from_top(top, size as u64));
-    match apply_hook_event(reg, &EXITS, HookEvent::Start(entry)) {
+    let outcome = apply_hook_event(reg, &EXITS, HookEvent::Start(entry));
+    match outcome {
         HookOutcome::Added => {}
         // The registry already holds a right on this name (or holds none,
         // and the thread, being alive, keeps the name): dropping ours
@@ -229,7 +216,8 @@ fn on_terminate(thread: pthread_t) {
         EXITS.record(tid);
         return;
     };
-    if let HookOutcome::Removed { release: p } = apply_hook_event(reg, &EXITS, HookEvent::Terminate { tid, port }) {
+    let outcome = apply_hook_event(reg, &EXITS, HookEvent::Terminate { tid, port });
+    if let HookOutcome::Removed { release: p } = outcome {
         release(p);
     }
 }

@@ -15,6 +15,7 @@
 
 pub mod hook;
 pub mod modules;
+pub mod regions;
 pub mod sys;
 pub mod threads;
 

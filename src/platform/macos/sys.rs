@@ -24,12 +24,23 @@ mod imp {
     pub use mach2::mach_types::{thread_act_array_t, thread_act_t};
     pub use mach2::message::{mach_msg_type_number_t, MACH_SEND_INVALID_DEST};
     pub use mach2::port::{mach_port_t, MACH_PORT_NULL};
-    pub use mach2::structs::{arm_thread_state64_t, x86_thread_state64_t};
+    #[cfg(target_arch = "aarch64")]
+    pub use mach2::structs::arm_thread_state64_t;
+    #[cfg(target_arch = "x86_64")]
+    pub use mach2::structs::x86_thread_state64_t;
     pub use mach2::task::task_threads;
     pub use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
-    pub use mach2::thread_status::{thread_state_t, x86_THREAD_STATE64, ARM_THREAD_STATE64};
+    pub use mach2::thread_status::thread_state_t;
+    #[cfg(target_arch = "x86_64")]
+    pub use mach2::thread_status::x86_THREAD_STATE64;
+    #[cfg(target_arch = "aarch64")]
+    pub use mach2::thread_status::ARM_THREAD_STATE64;
     pub use mach2::traps::mach_task_self;
-    pub use mach2::vm::mach_vm_deallocate;
+    pub use mach2::vm::{mach_vm_deallocate, mach_vm_region};
+    pub use mach2::vm_prot::{VM_PROT_EXECUTE, VM_PROT_READ};
+    pub use mach2::vm_region::{
+        vm_region_basic_info_64, vm_region_info_t, VM_REGION_BASIC_INFO_64, VM_REGION_BASIC_INFO_COUNT_64,
+    };
 
     /// The introspection hook's signature.
     pub type IntrospectionHook =

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `npm run test:machsim`: the Mach backend (src/platform/macos), run on
+# Linux against the simulated Mach (src/platform/machsim, cargo feature
+# `machsim`): its Rust tests, then __test__/darwin.test.js against an addon
+# built with the simulation, preloaded so that the simulated libpthread sees
+# every thread Node creates. Both are built with line coverage, reported
+# for src/platform/macos; the lines never run are written to
+# target/machsim/uncovered.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
+
+# llvm-profdata/llvm-cov must match rustc's LLVM.
+llvm_major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+profdata=llvm-profdata-$llvm_major
+llvmcov=llvm-cov-$llvm_major
+if ! command -v "$profdata" >/dev/null || ! command -v "$llvmcov" >/dev/null; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "llvm-$llvm_major" >/dev/null
+fi
+
+out=target/machsim
+rm -rf "$out/prof"
+mkdir -p "$out/prof"
+export CARGO_TARGET_DIR=$out
+# Frame pointers: the tests check that walks pass through their own frames.
+export RUSTFLAGS="-C force-frame-pointers=yes -C instrument-coverage"
+export LLVM_PROFILE_FILE="$PWD/$out/prof/%p-%m.profraw"
+
+echo "--- machsim: Rust tests of the Mach backend"
+cargo test --features machsim --lib platform::mac
+testbin=$(cargo test --features machsim --lib --no-run --message-format=json 2>/dev/null |
+  node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){try{const m=JSON.parse(l);if(m.executable&&m.target&&m.target.kind.includes("lib"))console.log(m.executable)}catch{}}})' | tail -1)
+
+echo "--- machsim: addon with the simulated Mach"
+npx napi build --platform --features "testing machsim" --target-dir "$out" --output-dir "$out" --no-js --dts binding.d.ts
+addon=$PWD/$out/machsampler.linux-x64-gnu.node
+
+echo "--- machsim: __test__/darwin.test.js"
+LD_PRELOAD=$addon NAPI_RS_NATIVE_LIBRARY_PATH=$addon MACHSAMPLER_MACHSIM=1 MACHSAMPLER_ALLOC_CHECK=1 \
+  npx jest --runInBand __test__/darwin.test.js
+
+echo "--- machsim: coverage"
+"$profdata" merge -sparse "$out"/prof/*.profraw -o "$out/machsim.profdata"
+cov_args=(-instr-profile="$out/machsim.profdata" --object "$testbin" --object "$addon"
+  --ignore-filename-regex='sim_tests\.rs|/\.cargo/|/rustc/' src/platform/macos)
+"$llvmcov" report "${cov_args[@]}" | tee "$out/coverage.txt"
+"$llvmcov" show "${cov_args[@]}" --show-line-counts-or-regions=false --use-color=false |
+  awk '/^\/.*\.rs:$/ { file = $0; sub(/:$/, "", file); sub(".*/src/", "src/", file) }
+       /^ *[0-9]+\| *0\|/ { split($0, f, "|"); gsub(/ /, "", f[1]); print file ":" f[1] ":" f[3] }' > "$out/uncovered.txt"
+line_pct=$(awk '/^TOTAL/ { print $10 }' "$out/coverage.txt" | tr -d '%')
+echo "uncovered lines: $(wc -l < "$out/uncovered.txt") (list in $out/uncovered.txt)"
+echo "machsim coverage: ${line_pct}% of src/platform/macos"

@@ -79,4 +79,7 @@ npm run build:testing
 log "jest"
 npx jest --runInBand "$@"
 
+log "machsim: the Mach backend on the simulated Mach (Rust tests, darwin jest suite, coverage)"
+bash scripts/test-machsim.sh
+
 log "all checks passed"

@@ -30,7 +30,9 @@ export RUSTFLAGS="-C force-frame-pointers=yes -C instrument-coverage"
 export LLVM_PROFILE_FILE="$PWD/$out/prof/%p-%m.profraw"
 
 echo "--- machsim: Rust tests of the Mach backend"
-cargo test --features machsim --lib platform::mac
+# One test at a time: the simulated kernel is process-wide, and each
+# suspension waits for the scheduler, so parallel tests would starve them.
+cargo test --features machsim --lib platform::mac -- --test-threads=1
 testbin=$(cargo test --features machsim --lib --no-run --message-format=json 2>/dev/null |
   node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){try{const m=JSON.parse(l);if(m.executable&&m.target&&m.target.kind.includes("lib"))console.log(m.executable)}catch{}}})' | tail -1)
 
@@ -44,8 +46,8 @@ LD_PRELOAD=$addon NAPI_RS_NATIVE_LIBRARY_PATH=$addon MACHSAMPLER_MACHSIM=1 MACHS
 
 echo "--- machsim: coverage"
 "$profdata" merge -sparse "$out"/prof/*.profraw -o "$out/machsim.profdata"
-cov_args=(-instr-profile="$out/machsim.profdata" --object "$testbin" --object "$addon"
-  --ignore-filename-regex='sim_tests\.rs|/\.cargo/|/rustc/' src/platform/macos)
+cov_args=("$testbin" -object "$addon" -instr-profile="$out/machsim.profdata"
+  -ignore-filename-regex='sim_tests\.rs|/\.cargo/|/rustc/' "$PWD/src/platform/macos")
 "$llvmcov" report "${cov_args[@]}" | tee "$out/coverage.txt"
 "$llvmcov" show "${cov_args[@]}" --show-line-counts-or-regions=false --use-color=false |
   awk '/^\/.*\.rs:$/ { file = $0; sub(/:$/, "", file); sub(".*/src/", "src/", file) }

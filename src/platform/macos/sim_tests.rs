@@ -124,7 +124,7 @@ fn threads_from_task_threads_and_from_the_hook_are_sampled_and_every_right_is_ac
     let running = RunningSampler::spawn(backend, options, shared, Hooks::default()).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let after = busy(); // created while sampling: found by the hook
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(600));
     let rec = running.stop();
     let (before_tid, after_tid) = (before.finish(), after.finish());
     alloc_stop.store(true, Ordering::SeqCst);

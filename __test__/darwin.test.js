@@ -40,6 +40,16 @@ function sleep(msec) {
 }
 
 const SPIN = `(d) => { const end = Date.now() + d.ms; let x = 0; while (Date.now() < end) x += Math.sqrt(x + 1); return x > 0 }`
+// Spins until the main thread sets the flag: busy for the whole session,
+// however late the worker's "started" message is handled.
+const SPIN_UNTIL = `(d) => { const f = new Int32Array(d.flag); let x = 0; while (Atomics.load(f, 0) === 0) x += Math.sqrt(x + 1); return x > 0 }`
+
+/** Workers that spin until `release()`. */
+function spinners(n) {
+  const flag = new SharedArrayBuffer(4)
+  const ws = Array.from({ length: n }, () => runWorker(SPIN_UNTIL, { flag }))
+  return { ws, release: () => Atomics.store(new Int32Array(flag), 0, 1) }
+}
 
 /** Runs `fn` (function source, called with `data`) in a worker. */
 function runWorker(fn, data) {
@@ -176,12 +186,13 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
   }
 
   test('multithread: the main thread and 4 busy worker_threads are all sampled', async () => {
-    const ws = Array.from({ length: 4 }, () => runWorker(SPIN, { ms: 1500 }))
+    const { ws, release } = spinners(4)
     await Promise.all(ws.map((w) => w.started))
     m.start({ intervalMs: 10 })
     spin(1500)
-    await Promise.all(ws.map((w) => w.done))
     const p = m.stop()
+    release()
+    await Promise.all(ws.map((w) => w.done))
     expectAccounting(p)
     const ticks = p.stats.ticks
     // Simulated, a suspension waits for the target to be scheduled, and 6
@@ -342,12 +353,13 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
   })
 
   test('suspension: p99 under 100 µs with 4 busy workers at 1 kHz', async () => {
-    const ws = Array.from({ length: 4 }, () => runWorker(SPIN, { ms: 1000 }))
+    const { ws, release } = spinners(4)
     await Promise.all(ws.map((w) => w.started))
     m.start({ intervalMs: 1 })
     spin(1000)
-    await Promise.all(ws.map((w) => w.done))
     const p = m.stop()
+    release()
+    await Promise.all(ws.map((w) => w.done))
     const s = p.stats
     expect(s.samplesCaptured).toBeGreaterThan(machsim ? 200 : 1000)
     expect(s.totalSuspendNs).toBeGreaterThan(0)

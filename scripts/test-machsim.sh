@@ -21,6 +21,9 @@ if ! command -v "$profdata" >/dev/null || ! command -v "$llvmcov" >/dev/null; th
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "llvm-$llvm_major" >/dev/null
 fi
 
+echo "--- machsim: clippy with the simulation"
+cargo clippy --all-targets --features machsim -- -D warnings
+
 out=target/machsim
 rm -rf "$out/prof"
 mkdir -p "$out/prof"

@@ -27,8 +27,9 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// CPU time one park costs the thread outside its handler (delivery,
 /// `sigreturn`, restarting an interrupted system call). Measured when the
 /// signal is installed ([`calibrate`]; 5-7 µs on a 2-vCPU VM) and counted
-/// three times over (at least 5 µs): a blocked thread charged for being parked would never look
-/// idle, while a running thread's few µs more or less do not matter.
+/// four times over (at least 20 µs): a blocked thread charged for being
+/// parked would never look idle, while a running thread's few µs more or
+/// less do not matter.
 static PARK_OVERHEAD_NS: AtomicU64 = AtomicU64::new(0);
 
 fn own_cpu_ns() -> u64 {
@@ -128,7 +129,7 @@ fn calibrate() {
     std::thread::sleep(std::time::Duration::from_millis(2));
     let (c1, h1) = (cpu(), t.park_cpu_ns.load(Ordering::SeqCst));
     let per_park = c1.saturating_sub(c0).saturating_sub(h1 - h0) / N;
-    PARK_OVERHEAD_NS.store((3 * per_park).max(5_000), Ordering::SeqCst);
+    PARK_OVERHEAD_NS.store((4 * per_park).max(20_000), Ordering::SeqCst);
     word.store(1, Ordering::SeqCst);
     wake_all(&word);
     // SAFETY: joins the thread created above.

@@ -4,9 +4,14 @@
 
 use super::sys::{
     self, mach_msg_type_number_t, mach_port_deallocate, mach_port_t, mach_task_self, vm_region_basic_info_64,
-    MACH_PORT_NULL, VM_PROT_EXECUTE, VM_PROT_READ, VM_REGION_BASIC_INFO_64, VM_REGION_BASIC_INFO_COUNT_64,
+    MACH_PORT_NULL, VM_PROT_EXECUTE, VM_PROT_READ, VM_REGION_BASIC_INFO_64,
 };
 use crate::platform::mach::kern::IntoResult;
+
+/// `VM_REGION_BASIC_INFO_COUNT_64`: the struct's size in 32-bit words.
+const BASIC_INFO_COUNT: mach_msg_type_number_t =
+    (std::mem::size_of::<vm_region_basic_info_64>() / std::mem::size_of::<i32>()) as mach_msg_type_number_t;
+const _: () = assert!(BASIC_INFO_COUNT == 9);
 
 /// A mapped region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +30,7 @@ pub fn list(start: u64, end: u64) -> Vec<Region> {
         let mut size = 0u64;
         // SAFETY: plain data; all-zero is valid.
         let mut info: vm_region_basic_info_64 = unsafe { std::mem::zeroed() };
-        let mut count: mach_msg_type_number_t = VM_REGION_BASIC_INFO_COUNT_64;
+        let mut count: mach_msg_type_number_t = BASIC_INFO_COUNT;
         let mut object: mach_port_t = MACH_PORT_NULL;
         // SAFETY: every out-pointer is valid; `info` has room for `count`
         // words of this flavor.

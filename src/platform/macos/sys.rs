@@ -38,9 +38,7 @@ mod imp {
     pub use mach2::traps::mach_task_self;
     pub use mach2::vm::{mach_vm_deallocate, mach_vm_region};
     pub use mach2::vm_prot::{VM_PROT_EXECUTE, VM_PROT_READ};
-    pub use mach2::vm_region::{
-        vm_region_basic_info_64, vm_region_info_t, VM_REGION_BASIC_INFO_64, VM_REGION_BASIC_INFO_COUNT_64,
-    };
+    pub use mach2::vm_region::{vm_region_basic_info_64, vm_region_info_t, VM_REGION_BASIC_INFO_64};
 
     /// The introspection hook's signature.
     pub type IntrospectionHook =

@@ -11,6 +11,8 @@
 //! This module decides only the first caller; deeper unwinding needs the
 //! images' unwind information.
 
+use crate::sampler::walker::{Registers, Walk, WalkEnd};
+
 /// The architecture whose call convention applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -44,6 +46,15 @@ pub fn top_of_stack(arch: Arch, lr: u64) -> TopOfStack {
     }
 }
 
+/// The top-of-stack word: `lr` on arm64, `read_at_sp()` on x86_64.
+#[inline(always)]
+pub fn top_of_stack_word(arch: Arch, lr: u64, read_at_sp: impl FnOnce() -> u64) -> u64 {
+    match top_of_stack(arch, lr) {
+        TopOfStack::Value(v) => v,
+        TopOfStack::ReadAtSp => read_at_sp(),
+    }
+}
+
 /// The caller to insert after the pc when the thread stopped in a
 /// frameless leaf (arm64 only): `lr`, unless it is what the frame-pointer
 /// walk found as the first return address (the function has its frame
@@ -74,6 +85,17 @@ pub fn insert_caller(frames: &mut [u64], depth: usize, max_depth: usize, caller:
     frames.copy_within(1..keep, 2);
     frames[1] = caller;
     (keep + 1, dropped)
+}
+
+/// A finished walk with the frameless leaf's caller inserted after the pc
+/// (see [`leaf_caller`]); a walk that had to drop its outermost frame for
+/// it is marked truncated.
+#[inline(always)]
+pub fn with_leaf_caller(arch: Arch, regs: &Registers, frames: &mut [u64], walk: Walk, max_depth: usize) -> Walk {
+    let first_return = if walk.depth > 1 { frames[1] } else { 0 };
+    let Some(caller) = leaf_caller(arch, regs.pc, regs.lr, first_return) else { return walk };
+    let (depth, dropped) = insert_caller(frames, walk.depth, max_depth, caller);
+    Walk { depth, end: if dropped { WalkEnd::Truncated } else { walk.end } }
 }
 
 #[cfg(test)]
@@ -112,6 +134,24 @@ mod tests {
         assert_eq!(leaf_caller(Arch::X86_64, PC, CALLER, CALLERS_CALLER), None);
         assert_eq!(top_of_stack(Arch::X86_64, CALLER), TopOfStack::ReadAtSp);
         assert_eq!(top_of_stack(Arch::Arm64, CALLER), TopOfStack::Value(CALLER));
+    }
+
+    #[test]
+    fn a_walk_gains_the_leaf_caller_only_on_arm64() {
+        let regs = Registers { pc: PC, sp: 0x1000, fp: 0x1010, lr: CALLER };
+        let walk = Walk { depth: 3, end: WalkEnd::Complete };
+        let mut frames = [PC, CALLERS_CALLER, 0x1_0000_a000, 0];
+        let w = with_leaf_caller(Arch::Arm64, &regs, &mut frames, walk, 4);
+        assert_eq!(w, Walk { depth: 4, end: WalkEnd::Complete });
+        assert_eq!(frames, [PC, CALLER, CALLERS_CALLER, 0x1_0000_a000]);
+        let mut frames = [PC, CALLERS_CALLER, 0x1_0000_a000];
+        let w = with_leaf_caller(Arch::Arm64, &regs, &mut frames, walk, 3);
+        assert_eq!(w, Walk { depth: 3, end: WalkEnd::Truncated }, "full: the root side gives way");
+        let mut frames = [PC, CALLERS_CALLER, 0x1_0000_a000, 0];
+        assert_eq!(with_leaf_caller(Arch::X86_64, &regs, &mut frames, walk, 4), walk);
+        assert_eq!(frames, [PC, CALLERS_CALLER, 0x1_0000_a000, 0]);
+        assert_eq!(top_of_stack_word(Arch::Arm64, CALLER, || unreachable!()), CALLER);
+        assert_eq!(top_of_stack_word(Arch::X86_64, CALLER, || 7), 7);
     }
 
     #[test]

@@ -2,10 +2,17 @@
 //! 64-bit Mach-O header with one `LC_SEGMENT_64` per `PT_LOAD` and, when
 //! its GNU build id is 16 bytes long, an `LC_UUID` (a longer build id has
 //! no Mach-O equivalent, so the image goes without, as a Mach-O without
-//! `LC_UUID` does). The slide is the ELF load bias.
+//! `LC_UUID` does, and the Linux symbolizer still accepts the file). Tests
+//! can ask for UUIDs cut from longer build ids ([`UUID_FROM_BUILD_ID`]).
+//! The slide is the ELF load bias.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+/// Give every image with a build id of 16 bytes or more an `LC_UUID` (its
+/// first 16 bytes).
+pub static UUID_FROM_BUILD_ID: AtomicBool = AtomicBool::new(false);
 
 struct Image {
     header: Box<[u8]>,
@@ -61,7 +68,8 @@ fn uuid_from_note(bias: u64, ph: &libc::Elf64_Phdr) -> Option<[u8; 16]> {
         let (namesz, descsz, kind) = (w(0), w(4), w(8));
         let desc = at + 12 + namesz.next_multiple_of(4);
         if kind == 3 && bytes.get(at + 12..at + 12 + namesz) == Some(b"GNU\0") {
-            return bytes.get(desc..desc + descsz)?.try_into().ok();
+            let cut = if UUID_FROM_BUILD_ID.load(Ordering::Relaxed) { 16 } else { descsz };
+            return bytes.get(desc..desc + descsz)?.get(..cut)?.try_into().ok();
         }
         at = desc + descsz.next_multiple_of(4);
     }
@@ -103,7 +111,8 @@ pub unsafe fn _dyld_image_count() -> u32 {
     let mut current = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
     current.clear();
     for img in found {
-        let i = match images.iter().position(|i| i.name == img.name && i.slide == img.slide) {
+        let same = |i: &Image| i.name == img.name && i.slide == img.slide && i.header == img.header;
+        let i = match images.iter().position(same) {
             Some(i) => i,
             None => {
                 images.push(img);

@@ -25,13 +25,15 @@ pub enum Call {
     ThreadIdZero,
     /// `pthread_get_stackaddr_np` returns null.
     StackAddr,
+    /// `pthread_from_mach_thread_np` finds no pthread.
+    PthreadFromPort,
     /// `sysctl.proc_translated` answers 1 (Rosetta).
     Rosetta,
     /// `machdep.virtual_address_size` fails.
     VaBits,
 }
 
-const CALLS: usize = 15;
+const CALLS: usize = 16;
 const NAMES: [(&str, Call); CALLS] = [
     ("thread_suspend", Call::ThreadSuspend),
     ("thread_resume", Call::ThreadResume),
@@ -46,6 +48,7 @@ const NAMES: [(&str, Call); CALLS] = [
     ("mach_thread_self", Call::ThreadSelf),
     ("pthread_threadid_np", Call::ThreadIdZero),
     ("pthread_get_stackaddr_np", Call::StackAddr),
+    ("pthread_from_mach_thread_np", Call::PthreadFromPort),
     ("rosetta", Call::Rosetta),
     ("va_bits", Call::VaBits),
 ];

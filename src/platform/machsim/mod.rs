@@ -736,6 +736,9 @@ pub unsafe fn pthread_mach_thread_np(pt: libc::pthread_t) -> mach_port_t {
 }
 
 pub unsafe fn pthread_from_mach_thread_np(name: mach_port_t) -> libc::pthread_t {
+    if faults::take(Call::PthreadFromPort).is_some() {
+        return 0;
+    }
     let _k = KernelMode::enter();
     match kernel::lock().lookup(name) {
         Ok(t) if t.phase() < Phase::Terminated => t.pthread.load(Ordering::Relaxed) as libc::pthread_t,

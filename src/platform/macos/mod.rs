@@ -31,7 +31,7 @@ use sys::{
     thread_resume, thread_state_t, thread_suspend, MACH_PORT_NULL,
 };
 
-use crate::platform::mach::first_frame::{insert_caller, leaf_caller, top_of_stack, Arch, TopOfStack};
+use crate::platform::mach::first_frame::{top_of_stack_word, with_leaf_caller, Arch};
 use crate::platform::mach::kern::{self, suspend_skip_reason, IntoResult, KernelError};
 use crate::platform::mach::rescan::{merge_rescan, pick_main_tid, sync_session, FoundThread};
 use crate::platform::mach::{pac, refusal, time};
@@ -294,7 +294,7 @@ fn capture_stopped(
     // layout is learned.
     let js_thread = JS_FRAMES.load(Ordering::Acquire) && depth > 1 && crate::v8::thread_registered(entry.tid);
     let mut words_count = 0;
-    let mut walk = if js_thread {
+    let walk = if js_thread {
         let words = out.words;
         walk_stack_visit(&regs, bounds, depth, out.frames, &mut |i, fp| {
             if let Some(w) = words.get_mut(i) {
@@ -306,14 +306,7 @@ fn capture_stopped(
         walk_stack(&regs, bounds, depth, out.frames)
     };
     // A frameless arm64 leaf: its caller is in lr, not in any frame record.
-    let first_return = if walk.depth > 1 { out.frames[1] } else { 0 };
-    if let Some(caller) = leaf_caller(Arch::HOST, regs.pc, regs.lr, first_return) {
-        let (depth_now, dropped) = insert_caller(out.frames, walk.depth, depth, caller);
-        walk.depth = depth_now;
-        if dropped {
-            walk.end = WalkEnd::Truncated;
-        }
-    }
+    let walk = with_leaf_caller(Arch::HOST, &regs, out.frames, walk, depth);
     if !js_thread {
         return Stopped::Walked { walk, walk_error: false, js_count: 0, tos: 0, words_count: 0 };
     }
@@ -323,15 +316,15 @@ fn capture_stopped(
     } else {
         0
     };
-    let tos = match top_of_stack(Arch::HOST, regs.lr) {
-        TopOfStack::Value(v) => v,
-        TopOfStack::ReadAtSp if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) => {
+    let tos = top_of_stack_word(Arch::HOST, regs.lr, || {
+        if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
             // SAFETY: the 8 bytes at sp lie within the thread's stack
             // bounds, which contain sp; the thread is suspended.
             strip_pointer_tag(unsafe { core::ptr::read_volatile(regs.sp as *const u64) }) & mask
+        } else {
+            0
         }
-        TopOfStack::ReadAtSp => 0,
-    };
+    });
     Stopped::Walked { walk, walk_error: false, js_count, tos, words_count }
 }
 

@@ -13,9 +13,23 @@ use crate::platform::machsim::{self, audit, faults, faults::Call};
 use crate::sampler::options::SamplerOptions;
 use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
 
+/// Events the hook installed before ours received (see `serial`).
+static PREVIOUS_HOOK_EVENTS: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn previous_hook(_: std::ffi::c_uint, _: libc::pthread_t, _: *mut std::ffi::c_void, _: usize) {
+    PREVIOUS_HOOK_EVENTS.fetch_add(1, Ordering::SeqCst);
+}
+
 /// The simulated kernel and its faults are process-wide: one test at a time.
+/// The first call installs a hook before ours, as a sanitizer or
+/// Instruments would, which ours must keep receiving events.
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
+    static PREVIOUS: std::sync::Once = std::sync::Once::new();
+    // SAFETY: a hook with the right signature that only counts.
+    PREVIOUS.call_once(|| unsafe {
+        assert!(sys::pthread_introspection_hook_install(previous_hook).is_none(), "ours must come second");
+    });
     let g = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     faults::clear();
     machsim::pthread::EXIT_DELAY_NS.store(0, Ordering::SeqCst);
@@ -410,4 +424,64 @@ fn suspending_a_blocked_thread_costs_it_no_cpu_time() {
     tx.send(()).unwrap();
     h.join().unwrap();
     assert_eq!(after, before, "200 suspensions charged {} ns", after - before);
+}
+
+#[test]
+fn the_hook_forwards_every_event_to_the_hook_installed_before_it() {
+    let _g = serial();
+    hook::ensure_installed();
+    let before = PREVIOUS_HOOK_EVENTS.load(Ordering::SeqCst);
+    std::thread::spawn(|| black_box(1)).join().unwrap();
+    // START and TERMINATE.
+    assert!(PREVIOUS_HOOK_EVENTS.load(Ordering::SeqCst) >= before + 2);
+}
+
+#[test]
+fn a_thread_with_unknown_stack_bounds_is_sampled_pc_only() {
+    let _g = serial();
+    hook::ensure_installed();
+    // The hook cannot learn the new thread's stack.
+    faults::inject(Call::StackAddr, 0, u32::MAX);
+    let b = busy();
+    faults::clear();
+    let (rec, _) = run_session(1.0, 150);
+    let tid = b.finish();
+    let (n, deepest) = captured(&rec, tid);
+    assert!(n > 0 && deepest == 1, "{n} samples, deepest {deepest}");
+    assert!(rec.stats.walk_errors >= n as u64);
+
+    // A rescan that finds no pthread for a thread gives it no bounds either.
+    let b = busy();
+    let tid = b.tid.load(Ordering::SeqCst);
+    let mut entries = Vec::new();
+    hook::registry().snapshot(&mut entries);
+    let entry = entries.iter().find(|e| e.tid == tid).copied().unwrap();
+    assert!(hook::registry().mark_removed(tid));
+    hook::release(entry.handle as u32);
+    faults::inject(Call::PthreadFromPort, 0, u32::MAX);
+    let backend = MachBackend::new().unwrap();
+    faults::clear();
+    hook::registry().snapshot(&mut entries);
+    let found = entries.iter().find(|e| e.tid == tid).copied().unwrap();
+    assert!(found.stack.is_empty());
+    drop(backend);
+    b.finish();
+    assert_audit_clean();
+}
+
+#[test]
+fn the_module_list_comes_from_dyld() {
+    let _g = serial();
+    machsim::dyld::UUID_FROM_BUILD_ID.store(true, Ordering::SeqCst);
+    let modules = crate::platform::loaded_modules();
+    machsim::dyld::UUID_FROM_BUILD_ID.store(false, Ordering::SeqCst);
+    let here = the_module_list_comes_from_dyld as *const () as u64;
+    let own = modules.iter().find(|m| m.start <= here && here < m.end).expect("the test binary is listed");
+    assert_eq!(own.build_id.len(), 32, "LC_UUID as 16 bytes of hex: {own:?}");
+    let linux = crate::platform::linux::modules::loaded_modules();
+    let same = linux.iter().find(|m| m.start <= here && here < m.end).unwrap();
+    assert_eq!(own.bias, same.bias);
+    assert!(same.build_id.starts_with(&own.build_id));
+    // Without the test switch, 20-byte build ids give no LC_UUID.
+    assert!(crate::platform::loaded_modules().iter().all(|m| m.build_id.is_empty()));
 }

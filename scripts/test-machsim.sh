@@ -49,12 +49,19 @@ LD_PRELOAD=$addon NAPI_RS_NATIVE_LIBRARY_PATH=$addon MACHSAMPLER_MACHSIM=1 MACHS
 
 echo "--- machsim: coverage"
 "$profdata" merge -sparse "$out"/prof/*.profraw -o "$out/machsim.profdata"
-cov_args=("$testbin" -object "$addon" -instr-profile="$out/machsim.profdata"
-  -ignore-filename-regex='sim_tests\.rs|/\.cargo/|/rustc/' "$PWD/src/platform/macos")
-"$llvmcov" report "${cov_args[@]}" | tee "$out/coverage.txt"
-"$llvmcov" show "${cov_args[@]}" --show-line-counts-or-regions=false --use-color=false |
-  awk '/^\/.*\.rs:$/ { file = $0; sub(/:$/, "", file); sub(".*/src/", "src/", file) }
-       /^ *[0-9]+\| *0\|/ { split($0, f, "|"); gsub(/ /, "", f[1]); print file ":" f[1] ":" f[3] }' > "$out/uncovered.txt"
-line_pct=$(awk '/^TOTAL/ { print $10 }' "$out/coverage.txt" | tr -d '%')
-echo "uncovered lines: $(wc -l < "$out/uncovered.txt") (list in $out/uncovered.txt)"
-echo "machsim coverage: ${line_pct}% of src/platform/macos"
+# Line coverage of each binary (the test binary and the addon compile the
+# same lines), united: a line counts as run if either ran it.
+for bin in "$testbin" "$addon"; do
+  "$llvmcov" export -format=lcov -instr-profile="$out/machsim.profdata" \
+    -ignore-filename-regex='sim_tests\.rs|/\.cargo/|/rustc/' "$bin" "$PWD/src/platform/macos"
+done > "$out/machsim.lcov"
+awk -F'[:,]' -v root="$PWD/" '
+  /^SF:/ { file = substr($0, 4); sub(root, "", file) }
+  /^DA:/ && file ~ /^src\/platform\/macos\// { key = file ":" $2; if (!(key in hits) || $3 > hits[key]) hits[key] = $3 }
+  END { for (k in hits) print k, hits[k] }' "$out/machsim.lcov" | sort -t: -k1,1 -k2,2n > "$out/lines.txt"
+total=$(wc -l < "$out/lines.txt")
+covered=$(awk '$2 > 0' "$out/lines.txt" | wc -l)
+awk '$2 == 0 { split($1, k, ":"); print k[1] ":" k[2] }' "$out/lines.txt" |
+  while IFS=: read -r file line; do printf '%s:%s:%s\n' "$file" "$line" "$(sed -n "${line}p" "$file")"; done > "$out/uncovered.txt"
+echo "lines: $covered of $total run; uncovered lines: $((total - covered)) (list in $out/uncovered.txt)"
+echo "machsim coverage: $(awk -v c="$covered" -v t="$total" 'BEGIN { printf "%.1f", 100 * c / t }')% of src/platform/macos"

@@ -32,12 +32,17 @@ export CARGO_TARGET_DIR=$out
 export RUSTFLAGS="-C force-frame-pointers=yes -C instrument-coverage"
 export LLVM_PROFILE_FILE="$PWD/$out/prof/%p-%m.profraw"
 
+# The addon build passes --target; so do the tests, to share one build of
+# the dependencies.
+host=$(rustc -vV | sed -n 's/^host: //p')
+
 echo "--- machsim: Rust tests of the Mach backend"
 # One test at a time: the simulated kernel is process-wide, and each
 # suspension waits for the scheduler, so parallel tests would starve them.
-cargo test --features machsim --lib platform::mac -- --test-threads=1
-testbin=$(cargo test --features machsim --lib --no-run --message-format=json 2>/dev/null |
-  node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){try{const m=JSON.parse(l);if(m.executable&&m.target&&m.target.kind.includes("lib"))console.log(m.executable)}catch{}}})' | tail -1)
+cargo test --target "$host" --features machsim --lib platform::mac -- --test-threads=1
+testbin=$(cargo test --target "$host" --features machsim --lib --no-run --message-format=json 2>/dev/null |
+  node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{for(const l of s.split("\n")){try{const m=JSON.parse(l);if(m.executable&&m.profile&&m.profile.test)console.log(m.executable)}catch{}}})' | tail -1)
+[ -x "$testbin" ] || { echo "machsim: the test binary was not found" >&2; exit 1; }
 
 echo "--- machsim: addon with the simulated Mach"
 npx napi build --platform --features "testing machsim" --target-dir "$out" --output-dir "$out" --no-js --dts binding.d.ts

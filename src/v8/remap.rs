@@ -105,10 +105,12 @@ pub fn find_copy(
 }
 
 /// True if the blob's bytes (start, middle, end) are also at `candidate`.
+/// (Used where [`detect`] searches by content, and in tests.)
 ///
 /// # Safety
 /// `embedded` and `[candidate, candidate + embedded.len)` are mapped and
 /// readable.
+#[cfg(any(test, target_vendor = "apple", all(target_os = "linux", feature = "machsim")))]
 unsafe fn same_bytes(embedded: CodeRange, candidate: u64) -> bool {
     [0, embedded.len / 2 - PROBE / 2, embedded.len - PROBE].iter().all(|&off| {
         // SAFETY: both ranges lie inside readable mappings (the caller's

@@ -76,17 +76,41 @@ function depthOf(p, node) {
   return d
 }
 
-/** Per-thread sample counts, keyed by tid. */
+/** Per-thread samples (a row stands for `weight` of them) and rows, keyed by tid. */
 function perThread(p) {
   const out = new Map()
-  for (const t of p.threads) out.set(t.tid, { samples: 0, idle: 0, maxDepth: 0, isMain: t.isMain, name: t.name })
+  for (const t of p.threads) out.set(t.tid, { samples: 0, idle: 0, rows: 0, maxDepth: 0, isMain: t.isMain, name: t.name })
   for (let i = 0; i < p.samples.thread.length; i++) {
     const e = out.get(p.threads[p.samples.thread[i]].tid)
-    e.samples++
-    e.idle += p.samples.idle[i]
+    const w = p.samples.weight[i]
+    e.samples += w
+    e.rows++
+    e.idle += p.samples.idle[i] ? w : 0
     e.maxDepth = Math.max(e.maxDepth, depthOf(p, p.samples.stack[i]))
   }
   return out
+}
+
+/**
+ * The calling thread's CPU time in ns, measured outside the sampler: Node's
+ * own account (23.9+), else the scheduler's (Linux); null on an older Node
+ * on macOS.
+ */
+function threadCpuNs() {
+  if (typeof process.threadCpuUsage === 'function') {
+    const u = process.threadCpuUsage()
+    return (u.user + u.system) * 1000
+  }
+  try {
+    return Number(fs.readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')[0])
+  } catch {
+    return null
+  }
+}
+
+function processCpuNs() {
+  const u = process.cpuUsage()
+  return (u.user + u.system) * 1000
 }
 
 /** The tids a short profile sees: every thread that exists now. */
@@ -185,10 +209,48 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
     })
   }
 
-  test('multithread: the main thread and 4 busy worker_threads are all sampled', async () => {
+  test('CPU mode (the default): samples stand for the CPU time each thread used (thread_info), blocked threads give none', async () => {
+    const before = currentTids()
+    const flag = new SharedArrayBuffer(4)
+    const waiter = runWorker(`(d) => Atomics.wait(new Int32Array(d.flag), 0, 0) === 'ok'`, { flag })
+    await waiter.started
+    sleep(100)
+    const cpu0 = threadCpuNs()
+    const proc0 = processCpuNs()
+    m.start({ intervalMs: 5 })
+    spin(800)
+    const cpu1 = threadCpuNs()
+    const proc1 = processCpuNs()
+    const p = m.stop()
+    Atomics.store(new Int32Array(flag), 0, 1)
+    Atomics.notify(new Int32Array(flag), 0)
+    expect(await waiter.done).toBe(true)
+    expectAccounting(p)
+    // The main thread's CPU time, or where Node cannot tell one thread's
+    // (macOS before Node 23.9) the process's less the sampler's: the other
+    // threads wait meanwhile.
+    const cpuNs = cpu0 !== null ? cpu1 - cpu0 : proc1 - proc0 - p.stats.samplerCpuNs
+    const intervals = cpuNs / 5e6
+    expect(intervals).toBeGreaterThan(40)
+    const threads = perThread(p)
+    const main = [...threads.values()].find((t) => t.isMain)
+    expect(Math.abs(main.samples - intervals)).toBeLessThanOrEqual(Math.max(3, intervals * 0.1))
+    expect(main.rows).toBeLessThanOrEqual(main.samples)
+    // Nothing is idle in CPU mode, and the blocked worker, found after the
+    // threads that existed before it, gave its first stack at most (and V8's
+    // and libuv's waiting threads likewise).
+    expect(p.stats.idleSamples).toBe(0)
+    for (const t of threads.values()) expect(t.idle).toBe(0)
+    const fresh = [...threads.entries()].filter(([tid]) => !before.has(tid)).map(([, t]) => t)
+    expect(fresh.length).toBeGreaterThan(0)
+    for (const t of fresh) expect(t.samples).toBeLessThanOrEqual(2)
+    expect(p.stats.walkErrors).toBe(0)
+  })
+
+  test('wall mode, multithread: the main thread and 4 busy worker_threads are sampled on most ticks', async () => {
     const { ws, release } = spinners(4)
     await Promise.all(ws.map((w) => w.started))
-    m.start({ intervalMs: 10 })
+    m.start({ intervalMs: 10, mode: 'wall' })
     spin(1500)
     const p = m.stop()
     release()
@@ -208,22 +270,24 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
     expect(p.stats.walkErrors).toBe(0)
   })
 
-  test('rate: within ±10% of 100 Hz over 2 s on an idle main thread', () => {
-    m.start({ intervalMs: 10 })
+  test('wall mode, rate: within ±10% of 100 Hz over 2 s on an idle main thread, in a few rows', () => {
+    m.start({ intervalMs: 10, mode: 'wall' })
     sleep(2000)
     const p = m.stop()
     const main = [...perThread(p).values()].find((t) => t.isMain)
     const expected = Number(p.endTimeNs - p.startTimeNs) / 1e6 / 10
     expect(main.samples / expected).toBeGreaterThan(0.9)
     expect(main.samples / expected).toBeLessThan(1.1)
-    // Blocked in Atomics.wait: carried forward without being suspended.
+    // Blocked in Atomics.wait: carried forward without being suspended,
+    // the idle samples with the same stack sharing rows.
     expect(main.idle).toBeGreaterThan(main.samples * 0.8)
+    expect(main.rows).toBeLessThan(main.samples * 0.2)
     expectAccounting(p)
   })
 
-  test('dynamic threads: a worker started after start() is found and sampled', async () => {
+  test('wall mode, dynamic threads: a worker started after start() is found and sampled', async () => {
     const before = currentTids()
-    m.start({ intervalMs: 10 })
+    m.start({ intervalMs: 10, mode: 'wall' })
     sleep(200)
     const w = runWorker(SPIN, { ms: 600 })
     await w.started
@@ -239,8 +303,8 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
     expect(worker).toBeDefined()
   })
 
-  test('thread termination: exits during 1 kHz sampling are skipped, never walk errors', async () => {
-    m.start({ intervalMs: 1 })
+  test.each(['cpu', 'wall'])('%s mode, thread termination: exits during 1 kHz sampling are skipped, never walk errors', async (mode) => {
+    m.start({ intervalMs: 1, mode })
     let batch = []
     for (let i = 0; i < 60; i++) {
       const w = runWorker(SPIN, { ms: 5 + (i % 7) * 7 })
@@ -254,13 +318,15 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
     const p = m.stop()
     expectAccounting(p)
     expect(p.threads.length).toBeGreaterThanOrEqual(60)
-    expect(p.stats.threadsSkipped).toBeGreaterThan(0)
+    // Wall mode asks for every thread that ran since the last tick, some of
+    // them gone by then; CPU mode only for those that used an interval.
+    if (mode === 'wall') expect(p.stats.threadsSkipped).toBeGreaterThan(0)
     expect(p.stats.walkErrors).toBe(0)
     // The exited threads are no longer counted.
     expect(m.threadCount()).toBeLessThan(p.threads.length)
   })
 
-  test('blocked threads: a worker blocked in a FIFO read and one in socket I/O appear, and their I/O completes', async () => {
+  test('wall mode, blocked threads: a worker blocked in a FIFO read and one in socket I/O appear, and their I/O completes', async () => {
     const fifo = path.join(os.tmpdir(), `machsampler-fifo-${process.pid}`)
     execFileSync('mkfifo', [fifo])
     try {
@@ -272,7 +338,8 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
       await reader.started
       const server = net.createServer((s) => s.pipe(s))
       await new Promise((r) => server.listen(0, '127.0.0.1', r))
-      m.start({ intervalMs: 1 })
+      // Wall mode: waiting threads show, carried forward as idle.
+      m.start({ intervalMs: 1, mode: 'wall' })
       const echo = runWorker(
         `async (d) => {
           const net = require('net')

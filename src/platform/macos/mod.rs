@@ -561,6 +561,7 @@ impl Backend for MachBackend {
                         delivery_ns: None,
                         weight: 1,
                         off_cpu: false,
+                        // A frameless leaf's caller in `lr` is already among `frames` (`mach::first_frame`).
                         lr: 0,
                         runtime_frames: js,
                         tos,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::platform::machsim::{self, audit, faults, faults::Call};
+use crate::sampler::backend::Mode;
 use crate::sampler::options::SamplerOptions;
 use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
 
@@ -39,8 +40,12 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn run_session(interval_ms: f64, for_ms: u64) -> (Recording, Arc<Shared>) {
+    run_session_in(Mode::default(), interval_ms, for_ms)
+}
+
+fn run_session_in(mode: Mode, interval_ms: f64, for_ms: u64) -> (Recording, Arc<Shared>) {
     let shared = Arc::new(Shared::default());
-    let options = SamplerOptions::default().with_interval_ms(interval_ms).unwrap();
+    let options = SamplerOptions { mode, ..SamplerOptions::default().with_interval_ms(interval_ms).unwrap() };
     let backend = MachBackend::new().expect("backend");
     let running = RunningSampler::spawn(backend, options, shared.clone(), Hooks::default()).unwrap();
     std::thread::sleep(Duration::from_millis(for_ms));
@@ -160,9 +165,9 @@ fn threads_from_task_threads_and_from_the_hook_are_sampled_and_every_right_is_ac
 }
 
 #[test]
-fn rate_is_within_ten_percent_and_idle_threads_are_not_suspended() {
+fn wall_mode_rate_is_within_ten_percent_and_idle_threads_are_not_suspended() {
     let _g = serial();
-    let (rec, _) = run_session(10.0, 1000);
+    let (rec, _) = run_session_in(Mode::Wall, 10.0, 1000);
     let elapsed_ms = (rec.end_ns - rec.start_ns) as f64 / 1e6;
     let expected = elapsed_ms / 10.0;
     let ticks = rec.stats.ticks as f64;
@@ -170,6 +175,66 @@ fn rate_is_within_ten_percent_and_idle_threads_are_not_suspended() {
     // The test harness's main thread waits the whole time: after its first
     // capture it is carried forward, never suspended again.
     assert!(rec.stats.idle_samples > 0, "{:?} {:?}", rec.stats, rec.threads);
+    assert_audit_clean();
+}
+
+/// A thread's CPU time from its Linux CPU clock: the kernel's own account,
+/// not the simulated `thread_info` the sampler reads.
+fn linux_cpu_clock_ns(thread: libc::pthread_t) -> u64 {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `thread` is a live thread of this process (its JoinHandle is
+    // held); both out-pointers are valid.
+    unsafe {
+        assert_eq!(libc::pthread_getcpuclockid(thread, &mut clock), 0);
+        assert_eq!(libc::clock_gettime(clock, &mut ts), 0);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Total weight and rows of `tid`'s samples.
+fn weight_and_rows(rec: &Recording, tid: u64) -> (u64, usize) {
+    let Some(index) = rec.threads.iter().position(|t| t.tid == tid) else { return (0, 0) };
+    let rows: Vec<usize> = (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] as usize == index).collect();
+    (rows.iter().map(|&i| rec.samples.weight[i] as u64).sum(), rows.len())
+}
+
+#[test]
+fn cpu_mode_weights_follow_thread_info_cpu_time_and_blocked_threads_are_left_alone() {
+    use std::os::unix::thread::JoinHandleExt;
+    let _g = serial();
+    let b = busy();
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let blocked = std::thread::spawn(move || {
+        tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+        let _ = wait.recv();
+    });
+    let blocked_tid = tid_rx.recv().unwrap();
+    let cpu0 = linux_cpu_clock_ns(b.handle.as_pthread_t());
+    let (rec, _) = run_session_in(Mode::Cpu, 2.0, 600);
+    let cpu_ns = linux_cpu_clock_ns(b.handle.as_pthread_t()) - cpu0;
+    let busy_tid = b.finish();
+    release.send(()).unwrap();
+    blocked.join().unwrap();
+
+    // On the tick loop, the backend's thread_info CPU time decides: the busy
+    // thread's weights add up to the CPU time it got (2 ms each), whatever
+    // share of the 2 shared cores that was.
+    let (weight, rows) = weight_and_rows(&rec, busy_tid);
+    let intervals = cpu_ns as f64 / 2e6;
+    assert!(intervals > 20.0, "{intervals}");
+    assert!(
+        (weight as f64 - intervals).abs() <= (intervals * 0.1).max(3.0),
+        "weight {weight} for {intervals:.1} intervals of CPU"
+    );
+    assert!(rows > 5 && rows as u64 <= weight, "{rows} rows");
+    // The blocked thread: its first stack, then never suspended again, and
+    // no idle samples in CPU mode.
+    assert_eq!(weight_and_rows(&rec, blocked_tid), (1, 1));
+    assert_eq!(rec.stats.idle_samples, 0);
+    assert!(rec.samples.idle.iter().all(|&i| i == 0));
+    assert_eq!(rec.stats.walk_errors, 0);
     assert_audit_clean();
 }
 
@@ -209,10 +274,12 @@ fn thread_churn_with_exits_mid_sample_is_skipped_never_a_walk_error() {
 fn a_thread_caught_after_its_exit_hook_is_skipped_not_walked() {
     let _g = serial();
     // Exiting threads stay 30 ms with their stack unmapped: a walk there
-    // would fault. The exit log must keep the sampler out.
+    // would fault. The exit log must keep the sampler out. Wall mode: the
+    // tick after an exit asks for every thread that ran since the last one
+    // (CPU mode asks only once a whole interval of CPU time has been used).
     machsim::pthread::EXIT_DELAY_NS.store(30_000_000, Ordering::SeqCst);
     let shared = Arc::new(Shared::default());
-    let options = SamplerOptions::default().with_interval_ms(1.0).unwrap();
+    let options = SamplerOptions { mode: Mode::Wall, ..SamplerOptions::default().with_interval_ms(1.0).unwrap() };
     let running = RunningSampler::spawn(MachBackend::new().unwrap(), options, shared, Hooks::default()).unwrap();
     for _ in 0..8 {
         let h = std::thread::spawn(|| {

@@ -230,8 +230,10 @@ describeMach(`Mach backend (${machsim ? 'simulated Mach on Linux' : 'macOS'})`, 
     // (macOS before Node 23.9) the process's less the sampler's: the other
     // threads wait meanwhile.
     const cpuNs = cpu0 !== null ? cpu1 - cpu0 : proc1 - proc0 - p.stats.samplerCpuNs
+    // However small the share of the cores the main thread got (a fifth on
+    // a loaded 2-core machine), its samples stand for it.
     const intervals = cpuNs / 5e6
-    expect(intervals).toBeGreaterThan(40)
+    expect(intervals).toBeGreaterThan(10)
     const threads = perThread(p)
     const main = [...threads.values()].find((t) => t.isMain)
     expect(Math.abs(main.samples - intervals)).toBeLessThanOrEqual(Math.max(3, intervals * 0.1))

@@ -136,4 +136,7 @@ if [ "$OS" = Darwin ] && [ $# -eq 0 ]; then
   ' "$JEST_RESULTS"
 fi
 
+log "machsim: the Mach backend on the simulated Mach (Rust tests, darwin jest suite, coverage)"
+bash scripts/test-machsim.sh
+
 log "all checks passed"

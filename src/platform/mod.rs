@@ -1,17 +1,24 @@
 //! Platform backends. Each implements [`crate::sampler::backend::Backend`];
 //! everything above that trait is shared.
 
+//!
+//! With the `machsim` feature on Linux, the native backend is the Mach
+//! backend, running against [`machsim`], a simulation of the Mach calls it
+//! makes.
+
 #[cfg(target_os = "linux")]
 pub mod linux;
-pub mod mach_logic;
-#[cfg(target_vendor = "apple")]
+pub mod mach;
+#[cfg(all(target_os = "linux", feature = "machsim"))]
+pub mod machsim;
+#[cfg(any(target_vendor = "apple", all(target_os = "linux", feature = "machsim")))]
 pub mod macos;
 
 use crate::sampler::error::SamplerError;
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "machsim")))]
 pub type NativeBackend = linux::LinuxBackend;
-#[cfg(target_vendor = "apple")]
+#[cfg(any(target_vendor = "apple", all(target_os = "linux", feature = "machsim")))]
 pub type NativeBackend = macos::MachBackend;
 
 /// A loaded module (executable or shared library).
@@ -31,11 +38,11 @@ pub struct Module {
 
 /// The modules loaded in this process, for symbolization.
 pub fn loaded_modules() -> Vec<Module> {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(feature = "machsim")))]
     {
         linux::modules::loaded_modules()
     }
-    #[cfg(target_vendor = "apple")]
+    #[cfg(any(target_vendor = "apple", all(target_os = "linux", feature = "machsim")))]
     {
         macos::modules::loaded_modules()
     }
@@ -44,9 +51,9 @@ pub fn loaded_modules() -> Vec<Module> {
 /// Turns capture of V8's JavaScript frames, alongside each native stack,
 /// on or off.
 pub fn set_js_frames(on: bool) {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(feature = "machsim")))]
     linux::signal::set_js_frames(on);
-    #[cfg(target_vendor = "apple")]
+    #[cfg(any(target_vendor = "apple", all(target_os = "linux", feature = "machsim")))]
     macos::set_js_frames(on);
 }
 
@@ -59,5 +66,8 @@ pub fn discard_pending_on_this_thread() {
 
 /// Creates the backend for this platform, ready for a sampling session.
 pub fn new_backend() -> Result<NativeBackend, SamplerError> {
+    // The simulated kernel audits rights against the hook's table.
+    #[cfg(all(target_os = "linux", feature = "machsim"))]
+    machsim::audit::set_owner(macos::hook::owned_rights);
     NativeBackend::new()
 }

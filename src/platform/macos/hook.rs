@@ -1,57 +1,34 @@
 //! Process-wide thread tracking: the pthread introspection hook and the
-//! registry it feeds.
+//! thread table it feeds, independent of any session.
 //!
-//! The hook is installed once per process, the first time a backend is
-//! created, and never uninstalled: `pthread_introspection_hook_install` is
-//! a plain pointer exchange, so once another library has chained after us,
-//! taking ours out would cut that library off too. [`make_inert`] stops our
-//! tracking while still forwarding every event to the previous hook. The
-//! library is pinned in memory so the hook's code can never be unmapped.
-//!
-//! The hook keeps a registry independent of any sampling session
-//! ([`registry`]); each backend copies it into the session's registry in
-//! `refresh_threads`. Each tracked thread's `handle` is a send right the
-//! registry owns (from `mach_thread_self()` in THREAD_START, or from
-//! `task_threads`), never libpthread's bare port name, which libpthread
-//! releases when the thread exits and the kernel may then give to a new
-//! thread.
-//!
-//! What runs in the hook: libpthread reading its own thread's struct, the
-//! `mach_thread_self` and `mach_port_deallocate` traps, `getpid`, atomics,
-//! and the registry's mutex for a bounded, non-allocating update. No
-//! allocation, no MIG message, no thread-local access (in THREAD_TERMINATE
-//! the thread's TSD destructors have already run), no panics.
+//! Guarantees: installed once, never uninstalled, every event forwarded to
+//! the hook installed before it; each tracked thread's `handle` is a send
+//! right the table owns (never libpthread's name, which can be reused);
+//! inside the hook nothing allocates, sends a MIG message, touches
+//! thread-local state or takes a lock other than the table's spin lock.
+//! Why: `docs/design/mach-thread-tracking.md`.
 
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 
-use libc::{pthread_t, size_t};
-use mach2::mach_init::mach_thread_self;
-use mach2::port::{mach_port_t, MACH_PORT_NULL};
-
-use super::threads::deallocate;
-use crate::platform::mach_logic::{
-    apply_hook_event, release_right, stack_bounds_from_top, ExitLog, HookEvent, HookOutcome, PortQueue, Release,
+use super::sys::{
+    self, mach_port_t, mach_thread_self, pthread_introspection_hook_install as hook_install, pthread_t, size_t,
+    IntrospectionHook, MACH_PORT_NULL,
 };
-use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-
-/// The hook's signature. libc declares `pthread_introspection_hook_install`
-/// as returning a non-nullable function pointer, but it returns NULL when no
-/// hook was installed before, so we declare it ourselves with `Option`.
-pub type IntrospectionHook = unsafe extern "C" fn(event: c_uint, thread: pthread_t, addr: *mut c_void, size: size_t);
-
-unsafe extern "C" {
-    #[link_name = "pthread_introspection_hook_install"]
-    fn hook_install(hook: IntrospectionHook) -> Option<IntrospectionHook>;
-}
+use super::threads::deallocate;
+use crate::platform::mach::exit_log::ExitLog;
+use crate::platform::mach::hook_event::{apply_hook_event, stack_bounds_from_top, HookEvent, HookOutcome};
+use crate::platform::mach::port_queue::{release_right, PortQueue, Release};
+use crate::platform::mach::thread_table::ThreadTable;
+use crate::sampler::registry::{ThreadEntry, ThreadName};
 
 /// Slots the hook can fill between two refreshes without the registry
 /// having to grow; the sampler restores this much headroom every refresh.
 pub const HOOK_HEADROOM: usize = 64;
 const INITIAL_CAPACITY: usize = 256;
 
-static REGISTRY: OnceLock<ThreadRegistry> = OnceLock::new();
+static REGISTRY: OnceLock<ThreadTable> = OnceLock::new();
 static INSTALL: Once = Once::new();
 static ENABLED: AtomicBool = AtomicBool::new(true);
 /// The pid the hook was installed in. A child forked (without exec) from a
@@ -78,14 +55,17 @@ pub static LEAKED_RIGHTS: AtomicU64 = AtomicU64::new(0);
 pub static RESCAN: Mutex<()> = Mutex::new(());
 
 /// The process-wide registry the hook feeds.
-pub fn registry() -> &'static ThreadRegistry {
-    REGISTRY.get_or_init(|| {
-        let reg = ThreadRegistry::with_capacity(INITIAL_CAPACITY);
-        // Take the lock once here, so that any lazy initialisation inside
-        // the mutex happens now and never inside the hook.
-        let _ = reg.len();
-        reg
-    })
+pub fn registry() -> &'static ThreadTable {
+    REGISTRY.get_or_init(|| ThreadTable::with_capacity(INITIAL_CAPACITY))
+}
+
+/// Appends every port right the backend holds: one per tracked thread, and
+/// those queued for the sampler to release.
+pub fn owned_rights(out: &mut Vec<u32>) {
+    let mut entries = Vec::new();
+    registry().snapshot(&mut entries);
+    out.extend(entries.iter().map(|e| e.handle as u32));
+    RELEASES.for_each(|p| out.push(p));
 }
 
 /// Releases a right the registry no longer needs, deferring to the running
@@ -106,7 +86,7 @@ pub fn ensure_installed() {
     INSTALL.call_once(|| {
         let _ = registry();
         // SAFETY: getpid has no preconditions.
-        PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        PID.store(unsafe { sys::getpid() }, Ordering::SeqCst);
         warm_up();
         pin_library();
         // SAFETY: `introspection_hook` has the signature libpthread calls and
@@ -120,7 +100,7 @@ pub fn ensure_installed() {
 pub fn in_forked_child() -> bool {
     let installed = PID.load(Ordering::SeqCst);
     // SAFETY: getpid has no preconditions.
-    installed != 0 && installed != unsafe { libc::getpid() }
+    installed != 0 && installed != unsafe { sys::getpid() }
 }
 
 /// Stops tracking threads. The hook stays installed and keeps forwarding
@@ -139,12 +119,12 @@ fn warm_up() {
     // SAFETY: each call is made on the calling thread with valid arguments;
     // the right from mach_thread_self is released at once.
     unsafe {
-        let me = libc::pthread_self();
+        let me = sys::pthread_self();
         let mut tid = 0u64;
-        libc::pthread_threadid_np(0, &mut tid);
-        let _ = libc::pthread_get_stackaddr_np(me);
-        let _ = libc::pthread_get_stacksize_np(me);
-        let _ = libc::pthread_mach_thread_np(me);
+        sys::pthread_threadid_np(0, &mut tid);
+        let _ = sys::pthread_get_stackaddr_np(me);
+        let _ = sys::pthread_get_stacksize_np(me);
+        let _ = sys::pthread_mach_thread_np(me);
         deallocate(mach_thread_self());
     }
     super::threads::warm_up();
@@ -155,22 +135,22 @@ fn warm_up() {
 /// loaded the addon unloads it.
 fn pin_library() {
     // SAFETY: Dl_info is plain data; all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut info: sys::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads dyld's tables for this address.
-    let found = unsafe { libc::dladdr(introspection_hook as *const c_void, &mut info) };
+    let found = unsafe { sys::dladdr(introspection_hook as *const c_void, &mut info) };
     if found != 0 && !info.dli_fname.is_null() {
         // SAFETY: dli_fname is a NUL-terminated path owned by dyld.
         // RTLD_NOLOAD only finds the already-loaded image and RTLD_NODELETE
         // marks it never to be unloaded; the handle is leaked on purpose.
-        unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE) };
+        unsafe { sys::dlopen(info.dli_fname, sys::RTLD_NOW | sys::RTLD_NOLOAD | sys::RTLD_NODELETE) };
     }
 }
 
 unsafe extern "C" fn introspection_hook(event: c_uint, thread: pthread_t, addr: *mut c_void, size: size_t) {
     if ENABLED.load(Ordering::Relaxed) && !in_forked_child() {
         match event {
-            libc::PTHREAD_INTROSPECTION_THREAD_START => on_start(thread),
-            libc::PTHREAD_INTROSPECTION_THREAD_TERMINATE => on_terminate(thread),
+            sys::PTHREAD_INTROSPECTION_THREAD_START => on_start(thread),
+            sys::PTHREAD_INTROSPECTION_THREAD_TERMINATE => on_terminate(thread),
             _ => {}
         }
     }
@@ -198,7 +178,7 @@ fn on_start(thread: pthread_t) {
     let mut tid = 0u64;
     // SAFETY: a null thread means the calling thread; libpthread then reads
     // its own struct without taking its list lock.
-    unsafe { libc::pthread_threadid_np(0, &mut tid) };
+    unsafe { sys::pthread_threadid_np(0, &mut tid) };
     // SAFETY: a trap with no arguments; it returns a send right we own.
     let port: mach_port_t = unsafe { mach_thread_self() };
     if port == MACH_PORT_NULL {
@@ -211,10 +191,10 @@ fn on_start(thread: pthread_t) {
     }
     // SAFETY: `thread` is the calling thread (START is sent from the new
     // thread), for which these read its own struct without locking.
-    let (top, size) =
-        unsafe { (libc::pthread_get_stackaddr_np(thread) as u64, libc::pthread_get_stacksize_np(thread)) };
+    let (top, size) = unsafe { (sys::pthread_get_stackaddr_np(thread) as u64, sys::pthread_get_stacksize_np(thread)) };
     let entry = ThreadEntry::new(tid, port as u64, ThreadName::EMPTY, stack_bounds_from_top(top, size as u64));
-    match apply_hook_event(reg, &EXITS, HookEvent::Start(entry)) {
+    let outcome = apply_hook_event(reg, &EXITS, HookEvent::Start(entry));
+    match outcome {
         HookOutcome::Added => {}
         // The registry already holds a right on this name (or holds none,
         // and the thread, being alive, keeps the name): dropping ours
@@ -229,16 +209,17 @@ fn on_start(thread: pthread_t) {
 fn on_terminate(thread: pthread_t) {
     let mut tid = 0u64;
     // SAFETY: a null thread means the calling thread; a plain struct read.
-    unsafe { libc::pthread_threadid_np(0, &mut tid) };
+    unsafe { sys::pthread_threadid_np(0, &mut tid) };
     // SAFETY: `thread` is the calling thread, for which this reads its own
     // struct without locking and adds no reference. It is the same name as
     // the registry's right: a task has one name per port.
-    let port = unsafe { libc::pthread_mach_thread_np(thread) };
+    let port = unsafe { sys::pthread_mach_thread_np(thread) };
     let Some(reg) = REGISTRY.get() else {
         EXITS.record(tid);
         return;
     };
-    if let HookOutcome::Removed { release: p } = apply_hook_event(reg, &EXITS, HookEvent::Terminate { tid, port }) {
+    let outcome = apply_hook_event(reg, &EXITS, HookEvent::Terminate { tid, port });
+    if let HookOutcome::Removed { release: p } = outcome {
         release(p);
     }
 }

@@ -1,158 +1,72 @@
-//! The macOS backend: Mach thread suspension on x86_64 and arm64.
+//! The Mach backend (macOS, x86_64 and arm64): threads found by a pthread
+//! introspection hook and `task_threads`, each sampled by `thread_suspend`,
+//! `thread_get_state`, a frame-pointer walk into memory preallocated here,
+//! and `thread_resume`.
 //!
-//! Each tick the sampler thread, for every thread that ran since its last
-//! sample, calls `thread_suspend`, `thread_get_state`, the shared
-//! `walk_stack` into a buffer preallocated here, and `thread_resume`; the
-//! capture is reported only after the resume. This module only makes system
-//! calls; every decision is in [`crate::platform::mach_logic`], which is
-//! unit-tested on Linux.
-//!
-//! # Thread tracking
-//!
-//! A pthread introspection hook ([`hook`]) tracks threads in a process-wide
-//! registry, which `refresh_threads` copies into the session's registry.
-//! How, and why:
-//!
-//! - **Existing threads.** The hook only reports threads that start after it
-//!   is installed, but Node's main thread, the libuv pool and V8's workers
-//!   exist when the addon loads. So the registry is seeded with
-//!   `task_threads` right after installation, and rescanned every full
-//!   refresh (1 s) and whenever the hook had to refuse a thread for lack of
-//!   preallocated room. Rescans also catch threads that never produce hook
-//!   events (raw Mach threads) and retire those that vanished without one.
-//!   Every right `task_threads` returns that we do not keep is released, and
-//!   so is the array itself.
-//! - **Port names.** The registry keeps its own send right for each thread.
-//!   libpthread's name for a thread is released when the thread exits, after
-//!   which the kernel may give the same name to a new thread; the sampler
-//!   would then suspend the wrong thread and walk it with the old thread's
-//!   stack bounds. Our own right keeps the name a dead name instead, so
-//!   calls on it fail with `MACH_SEND_INVALID_DEST`. While a sampler runs,
-//!   rights are released only by the sampler thread itself, between ticks,
-//!   once no snapshot can refer to them (`mach_logic::PortQueue`).
-//! - **Exiting threads.** The kernel unmaps a thread's stack in
-//!   `__bsdthread_terminate`, after the THREAD_TERMINATE hook, and a thread
-//!   can be suspended in between. Walking its stack then would fault. The
-//!   hook therefore logs every exit (`mach_logic::ExitLog`), and after a
-//!   successful `thread_suspend` the sampler checks the log: a thread that
-//!   had not logged its exit when it stopped still has its stack, and stays
-//!   stopped while it is walked.
-//! - **No uninstall.** The hook is never removed (see [`hook`]).
-//!
-//! # The stopped window
-//!
-//! From a successful `thread_suspend` to `thread_resume` the target may hold
-//! any lock (malloc's, dyld's, libpthread's list lock), so the sampler does
-//! nothing there that allocates, locks, logs, or goes through a lazily bound
-//! symbol: it reads the exit log (atomics), calls `thread_get_state` and
-//! `mach_absolute_time`, strips pointer tags and walks within the thread's
-//! stack bounds. No function the window, the hook or the tick calls is
-//! bound lazily: dyld binds them all when it loads the addon (Apple's ld
-//! links with `-bind_at_load`, see build.rs; the zig-linked builds call
-//! libSystem through GOT entries, see scripts/build-darwin.sh), which
-//! tests/macho.rs checks in the built files. Each is also called once when
-//! the hook is installed ([`hook`]'s `warm_up`), which binds it early in a
-//! build linked some other way. A `StoppedWindow` guard spans the window
-//! so that `MACHSAMPLER_ALLOC_CHECK=1` catches any allocation in it.
-//!
-//! Errors: `KERN_TERMINATED`, `KERN_INVALID_ARGUMENT` and
-//! `MACH_SEND_INVALID_DEST` from any call mean the thread is gone and are
-//! reported as skipped. Once `thread_suspend` has succeeded the thread is
-//! resumed on every path. If `thread_get_state` fails for another reason
-//! (not expected natively), the thread is resumed and an empty stack with
-//! `walk_error` is reported, so the failure shows in `walkErrors` rather
-//! than disappearing among the normal skips. A stack pointer outside the
-//! thread's known bounds (a thread that is not a pthread, or on an
-//! alternate signal stack) gives a pc-only stack, also with `walk_error`.
-//!
-//! # Architectures
-//!
-//! x86_64 reads `x86_THREAD_STATE64` (rip, rsp, rbp); arm64 reads
-//! `ARM_THREAD_STATE64` (pc, sp, fp, lr). The SDK's
-//! `arm_thread_state64_get_*` accessors are C macros; our build is plain
-//! arm64, for which the kernel returns the registers unsigned, but return
-//! addresses (in lr and in frame records) pushed by the arm64e system
-//! libraries carry pointer-authentication bits. These are stripped from the
-//! registers and from every recorded return address, masking to the
-//! virtual-address size from `machdep.virtual_address_size` as samply does:
-//! the shared walker keeps 48 bits, but with 47-bit addresses bit 47 is
-//! already part of the PAC field.
-//!
-//! `lr` is not reported as a frame. It is the caller of a leaf function only
-//! until that function saves it in its frame record, and without unwind
-//! information we cannot tell whether it has; adding it would duplicate the
-//! caller in most samples to fix the few taken in leaf functions.
-//!
-//! # Idle threads, timing, Rosetta
-//!
-//! A thread's CPU time (`thread_info(THREAD_BASIC_INFO)`, 1 µs resolution)
-//! drives the shared idle rule: a thread that has not run since its last
-//! sample is not suspended again. Suspension costs the target no CPU time,
-//! so the idle threshold is zero. Ticks sleep with `mach_wait_until` on
-//! absolute deadlines (`mach_logic::deadline_ticks`).
-//!
-//! The sampler thread runs at the `USER_INTERACTIVE` QoS class, not under
-//! `THREAD_TIME_CONSTRAINT_POLICY`. The class gives it the highest non-real-
-//! time priority and the smallest timer leeway, which is what tick accuracy
-//! needs: deadlines are absolute, so wake-up jitter does not accumulate. A
-//! real-time policy needs a per-period computation budget, which a tick does
-//! not have (it grows with the number of running threads), and it would
-//! compete with the host's own real-time threads: Electron apps play audio,
-//! and CoreAudio's I/O thread must not wait for a profiler.
-//!
-//! Under Rosetta `thread_get_state` is unreliable (it can fail or hang on
-//! the translator's threads), so `new()` refuses with `ENOTSUP`. So it does
-//! in a child forked without exec from a process where the hook was
-//! installed: the child inherits the registry but not the threads or port
-//! names in it (Node and Electron never do this; they spawn).
+//! Guarantees: every successful suspend is undone by a [`Suspended`] guard
+//! on every path; between suspend and resume nothing allocates, locks or
+//! goes through a lazily bound symbol (a `StoppedWindow` spans it, so
+//! `MACHSAMPLER_ALLOC_CHECK=1` catches an allocation); a thread that has
+//! logged its exit is never walked; every port right is the registry's own,
+//! so a port name never comes to mean another thread while the sampler can
+//! use it. A thread gone mid-sample is a skip, never an error. Why it is
+//! built this way: `docs/design/mach-suspend-window.md`,
+//! `docs/design/mach-thread-tracking.md`. All calls go through [`sys`].
 
 pub mod hook;
 pub mod modules;
+pub mod regions;
+pub mod sys;
 pub mod threads;
+
+#[cfg(all(test, feature = "machsim"))]
+mod sim_tests;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, PoisonError};
 
-use mach2::kern_return::{kern_return_t, KERN_SUCCESS};
-use mach2::mach_time::{mach_absolute_time, mach_timebase_info, mach_wait_until};
-use mach2::mach_types::thread_act_t;
-use mach2::message::mach_msg_type_number_t;
-use mach2::port::MACH_PORT_NULL;
-use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
-use mach2::thread_status::thread_state_t;
+use sys::{
+    mach_absolute_time, mach_msg_type_number_t, mach_timebase_info, mach_wait_until, thread_act_t, thread_get_state,
+    thread_resume, thread_state_t, thread_suspend, MACH_PORT_NULL,
+};
 
+use crate::platform::mach::first_frame::{top_of_stack_word, with_leaf_caller, Arch};
+use crate::platform::mach::kern::{self, suspend_skip_reason, IntoResult, KernelError};
+use crate::platform::mach::rescan::{merge_rescan, pick_main_tid, sync_session, FoundThread};
+use crate::platform::mach::{pac, refusal, time};
 use crate::sampler::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS};
 use crate::sampler::error::SamplerError;
 use crate::sampler::options::MAX_STACK_DEPTH_MAX;
-use crate::sampler::stopped_window::StoppedWindow;
-/// JavaScript frames kept per sample (from V8's `GetStackSample`).
-const JS_FRAMES_MAX: usize = 256;
-use crate::platform::mach_logic::{self as logic, FoundThread, KernOutcome};
 use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
+use crate::sampler::stopped_window::StoppedWindow;
 use crate::sampler::timebase::Timebase;
 use crate::sampler::unwind::StackEnd;
 use crate::sampler::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk};
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
 
-// The shared logic hard-codes these so it builds on Linux; hold it to the
-// real values.
+/// JavaScript frames kept per sample (from V8's `GetStackSample`).
+const JS_FRAMES_MAX: usize = 256;
+
+// The shared decisions hard-code these so they build anywhere; hold them to
+// the values the calls use.
 const _: () = {
-    assert!(logic::KERN_SUCCESS == KERN_SUCCESS);
-    assert!(logic::KERN_INVALID_ARGUMENT == mach2::kern_return::KERN_INVALID_ARGUMENT);
-    assert!(logic::KERN_TERMINATED == mach2::kern_return::KERN_TERMINATED);
-    assert!(logic::MACH_SEND_INVALID_DEST == mach2::message::MACH_SEND_INVALID_DEST);
-    assert!(libc::PTHREAD_INTROSPECTION_THREAD_START == 2);
-    assert!(libc::PTHREAD_INTROSPECTION_THREAD_TERMINATE == 3);
-    assert!(libc::MAXTHREADNAMESIZE == THREAD_NAME_MAX);
-    assert!(libc::THREAD_BASIC_INFO_COUNT == 10);
+    assert!(kern::KERN_SUCCESS == sys::KERN_SUCCESS);
+    assert!(kern::KERN_INVALID_ARGUMENT == sys::KERN_INVALID_ARGUMENT);
+    assert!(kern::KERN_FAILURE == sys::KERN_FAILURE);
+    assert!(kern::KERN_TERMINATED == sys::KERN_TERMINATED);
+    assert!(kern::MACH_SEND_INVALID_DEST == sys::MACH_SEND_INVALID_DEST);
+    assert!(sys::PTHREAD_INTROSPECTION_THREAD_START == 2);
+    assert!(sys::PTHREAD_INTROSPECTION_THREAD_TERMINATE == 3);
+    assert!(sys::MAXTHREADNAMESIZE == THREAD_NAME_MAX);
+    assert!(sys::THREAD_BASIC_INFO_COUNT == 10);
 };
 
 #[cfg(target_arch = "aarch64")]
 mod arch {
-    pub use mach2::structs::arm_thread_state64_t as ThreadState;
-    pub use mach2::thread_status::ARM_THREAD_STATE64 as FLAVOR;
+    pub use super::sys::arm_thread_state64_t as ThreadState;
+    pub use super::sys::ARM_THREAD_STATE64 as FLAVOR;
     /// 68 words: 29 x-registers, fp, lr, sp, pc (u64), cpsr and a pad (u32).
     pub const STATE_COUNT: u32 = (std::mem::size_of::<ThreadState>() / 4) as u32;
     const _: () = assert!(STATE_COUNT == 68);
@@ -164,8 +78,8 @@ mod arch {
 
 #[cfg(target_arch = "x86_64")]
 mod arch {
-    pub use mach2::structs::x86_thread_state64_t as ThreadState;
-    pub use mach2::thread_status::x86_THREAD_STATE64 as FLAVOR;
+    pub use super::sys::x86_THREAD_STATE64 as FLAVOR;
+    pub use super::sys::x86_thread_state64_t as ThreadState;
     /// 42 words: 21 u64 registers.
     pub const STATE_COUNT: u32 = (std::mem::size_of::<ThreadState>() / 4) as u32;
     const _: () = assert!(STATE_COUNT == 42);
@@ -181,7 +95,8 @@ compile_error!("the Mach backend supports x86_64 and aarch64 only");
 /// Per-process values computed once.
 struct Consts {
     timebase: Timebase,
-    /// Applied to registers and recorded frames; see the module docs.
+    /// Applied to registers and recorded frames: the virtual-address bits,
+    /// above which arm64e return addresses carry authentication codes.
     address_mask: u64,
 }
 
@@ -191,16 +106,14 @@ fn consts() -> &'static Consts {
         let mut info = mach_timebase_info { numer: 0, denom: 0 };
         // SAFETY: `info` is a valid out-pointer.
         let kr = unsafe { mach_timebase_info(&mut info) };
-        let timebase = if kr == KERN_SUCCESS { Timebase::new(info.numer, info.denom) } else { Timebase::IDENTITY };
-        let address_mask = if cfg!(target_arch = "aarch64") {
-            let (rc, bits) = sysctl_int(c"machdep.virtual_address_size");
-            logic::va_mask(logic::interpret_va_bits(rc, bits))
-        } else {
-            // No pointer authentication on x86_64; the walker's 48-bit mask
-            // already covers every user address.
-            u64::MAX
+        let timebase = match kr.into_result() {
+            Ok(()) => Timebase::new(info.numer, info.denom),
+            Err(_) => Timebase::IDENTITY,
         };
-        Consts { timebase, address_mask }
+        // Read on x86_64 too, where the OID may be missing: the default (47
+        // bits) is the user address space there as well.
+        let (rc, bits) = sysctl_int(c"machdep.virtual_address_size");
+        Consts { timebase, address_mask: pac::va_mask(pac::interpret_va_bits(rc, bits)) }
     })
 }
 
@@ -211,7 +124,7 @@ fn sysctl_int(name: &std::ffi::CStr) -> (c_int, c_int) {
     // SAFETY: `name` is NUL-terminated; `value` and `size` describe a
     // writable c_int; no new value is set.
     let rc = unsafe {
-        libc::sysctlbyname(
+        sys::sysctlbyname(
             name.as_ptr() as *const c_char,
             &mut value as *mut c_int as *mut c_void,
             &mut size,
@@ -225,7 +138,7 @@ fn sysctl_int(name: &std::ffi::CStr) -> (c_int, c_int) {
 /// True when this process runs under Rosetta translation.
 pub fn is_translated() -> bool {
     let (rc, value) = sysctl_int(c"sysctl.proc_translated");
-    logic::is_translated(rc, value)
+    refusal::is_translated(rc, value)
 }
 
 fn now_ticks() -> u64 {
@@ -237,7 +150,7 @@ fn now_ticks() -> u64 {
 /// reads its own struct: no lock, no reference added.
 fn own_port() -> thread_act_t {
     // SAFETY: pthread_self has no preconditions; see above.
-    unsafe { libc::pthread_mach_thread_np(libc::pthread_self()) }
+    unsafe { sys::pthread_mach_thread_np(sys::pthread_self()) }
 }
 
 /// Calls, once, the functions the stopped window and the tick use (see
@@ -259,13 +172,40 @@ pub(crate) fn warm_up_sampling() {
 }
 
 fn thread_cpu_time_self() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = sys::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let rc = unsafe { sys::clock_gettime(sys::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc == 0 {
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     } else {
         0
+    }
+}
+
+/// A thread held by `thread_suspend`, resumed when dropped, on every path
+/// (Chromium's `ScopedSuspendThread`). It also holds the `StoppedWindow`,
+/// which ends after the resume.
+struct Suspended {
+    port: thread_act_t,
+    _window: StoppedWindow,
+}
+
+impl Suspended {
+    #[inline(always)]
+    fn new(port: thread_act_t) -> Result<Self, KernelError> {
+        // SAFETY: `port` is a thread port this process holds a right to;
+        // the caller never passes its own thread.
+        unsafe { thread_suspend(port) }.into_result()?;
+        Ok(Suspended { port, _window: StoppedWindow::enter() })
+    }
+}
+
+impl Drop for Suspended {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: undoes the suspend in `new`. A failure means the thread
+        // died while stopped, which leaves nothing to resume.
+        let _ = unsafe { thread_resume(self.port) };
     }
 }
 
@@ -276,7 +216,7 @@ enum Stopped {
         walk_error: bool,
         /// JavaScript frames V8 reported (in the backend's `js_frames`).
         js_count: usize,
-        /// The word at the stack pointer (see `CapturedStack::tos`).
+        /// See `CapturedStack::tos`.
         tos: u64,
         /// Frames with words in the backend's `words`.
         words_count: usize,
@@ -289,18 +229,16 @@ enum Stopped {
 
 /// Reads the registers of a suspended thread.
 #[inline(always)]
-fn read_registers(port: thread_act_t) -> Result<Registers, kern_return_t> {
+fn read_registers(port: thread_act_t) -> Result<Registers, KernelError> {
     let mut state = arch::ThreadState::default();
     let mut count: mach_msg_type_number_t = arch::STATE_COUNT;
     // SAFETY: `state` is a thread-state struct of exactly `count` words for
     // this flavor; the kernel writes at most `count` words and updates it.
-    let kr = unsafe { thread_get_state(port, arch::FLAVOR, &mut state as *mut _ as thread_state_t, &mut count) };
-    if kr != KERN_SUCCESS {
-        return Err(kr);
-    }
+    unsafe { thread_get_state(port, arch::FLAVOR, &mut state as *mut _ as thread_state_t, &mut count) }
+        .into_result()?;
     if count != arch::STATE_COUNT {
-        // A short state would leave registers unset; not expected natively.
-        return Err(mach2::kern_return::KERN_FAILURE);
+        // A short state would leave registers unset.
+        return Err(KernelError::Other(kern::KERN_FAILURE));
     }
     Ok(arch::registers(&state))
 }
@@ -313,78 +251,82 @@ pub fn set_js_frames(on: bool) {
     JS_FRAMES.store(on, Ordering::Release);
 }
 
+/// Where the stopped window writes.
+struct Buffers<'a> {
+    frames: &'a mut [u64],
+    js: &'a mut [u64],
+    words: &'a mut [[u64; FRAME_WORDS]],
+}
+
 /// The work inside the stopped window. No allocation, no lock, no lazily
 /// bound call: atomics, `thread_get_state`, the walk, and V8's own stack
-/// sampler (async-signal-safe by design; see `crate::v8::sample`).
+/// sampler (see `docs/design/getstacksample-when-stopped.md`).
 #[inline(always)]
 fn capture_stopped(
     port: thread_act_t,
     entry: &ThreadEntry,
     depth: usize,
-    mask: u64,
-    frames: &mut [u64],
-    js: &mut [u64],
-    words: &mut [[u64; FRAME_WORDS]],
+    exits_epoch: usize,
+    out: Buffers<'_>,
 ) -> Stopped {
-    if EXITS.contains(entry.tid) {
+    if EXITS.may_have_exited(entry.tid, exits_epoch) {
         // It stopped after its exit hook: its stack may already be unmapped.
         return Stopped::Gone;
     }
+    let mask = consts().address_mask;
     let regs = match read_registers(port) {
-        Ok(r) => logic::strip_registers(r, mask),
-        Err(kr) => {
-            return match logic::classify(kr) {
-                KernOutcome::Gone => Stopped::Gone,
-                _ => Stopped::StateError,
-            }
-        }
+        Ok(r) => pac::strip_registers(r, mask),
+        Err(e) if e.thread_gone() => return Stopped::Gone,
+        Err(_) => return Stopped::StateError,
     };
     let bounds = entry.stack;
-    if bounds.contains(regs.sp) {
-        // JavaScript threads also keep the words below each frame pointer
-        // (see `crate::v8::slots`); GetStackSample runs only until the
-        // frame layout is learned.
-        let js_thread = JS_FRAMES.load(Ordering::Acquire) && depth > 1 && crate::v8::thread_registered(entry.tid);
-        let mut words_count = 0;
-        let walk = if js_thread {
-            walk_stack_visit(&regs, bounds, depth, frames, &mut |i, fp| {
-                if let Some(w) = words.get_mut(i) {
-                    crate::v8::slots::read(fp, bounds, w);
-                    words_count = i + 1;
-                }
-            })
-        } else {
-            walk_stack(&regs, bounds, depth, frames)
-        };
-        let (js_count, tos) = if js_thread {
-            let count = if crate::v8::slots::learned().is_none() {
-                let limit = depth.min(js.len());
-                crate::v8::sample_js_stopped_thread(entry.tid, &regs, &mut js[..limit]).count
-            } else {
-                0
-            };
-            let tos = if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
-                // SAFETY: the 8 bytes at sp lie within the thread's stack
-                // bounds, which contain sp; the thread is suspended.
-                strip_pointer_tag(unsafe { core::ptr::read_volatile(regs.sp as *const u64) }) & mask
-            } else {
-                0
-            };
-            (count, tos)
-        } else {
-            (0, 0)
-        };
-        Stopped::Walked { walk, walk_error: false, js_count, tos, words_count }
-    } else {
+    if !bounds.contains(regs.sp) {
         // Unknown stack: record the pc, read no memory.
-        Stopped::Walked {
-            walk: walk_stack(&regs, StackBounds::EMPTY, depth.min(1), frames),
+        return Stopped::Walked {
+            walk: walk_stack(&regs, StackBounds::EMPTY, depth.min(1), out.frames),
             walk_error: true,
             js_count: 0,
             tos: 0,
             words_count: 0,
-        }
+        };
     }
+    // JavaScript threads also keep the words below each frame pointer
+    // (see `crate::v8::slots`); GetStackSample runs only until the frame
+    // layout is learned.
+    let js_thread = JS_FRAMES.load(Ordering::Acquire) && depth > 1 && crate::v8::thread_registered(entry.tid);
+    let mut words_count = 0;
+    let walk = if js_thread {
+        let words = out.words;
+        walk_stack_visit(&regs, bounds, depth, out.frames, &mut |i, fp| {
+            if let Some(w) = words.get_mut(i) {
+                crate::v8::slots::read(fp, bounds, w);
+                words_count = i + 1;
+            }
+        })
+    } else {
+        walk_stack(&regs, bounds, depth, out.frames)
+    };
+    // A frameless arm64 leaf: its caller is in lr, not in any frame record.
+    let walk = with_leaf_caller(Arch::HOST, &regs, out.frames, walk, depth);
+    if !js_thread {
+        return Stopped::Walked { walk, walk_error: false, js_count: 0, tos: 0, words_count: 0 };
+    }
+    let js_count = if crate::v8::slots::learned().is_none() {
+        let limit = depth.min(out.js.len());
+        crate::v8::sample_js_stopped_thread(entry.tid, &regs, &mut out.js[..limit]).count
+    } else {
+        0
+    };
+    let tos = top_of_stack_word(Arch::HOST, regs.lr, || {
+        if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
+            // SAFETY: the 8 bytes at sp lie within the thread's stack
+            // bounds, which contain sp; the thread is suspended.
+            strip_pointer_tag(unsafe { core::ptr::read_volatile(regs.sp as *const u64) }) & mask
+        } else {
+            0
+        }
+    });
+    Stopped::Walked { walk, walk_error: false, js_count, tos, words_count }
 }
 
 pub struct MachBackend {
@@ -396,7 +338,7 @@ pub struct MachBackend {
     js_frames: Box<[u64]>,
     /// Words below each frame pointer, preallocated likewise.
     words: Box<[[u64; FRAME_WORDS]]>,
-    /// Scratch: the hook registry's live entries, sorted by tid.
+    /// Scratch: the hook table's live entries, sorted by tid.
     tracked: Vec<ThreadEntry>,
     /// Scratch for `sync_session` and rescans.
     scratch: Vec<ThreadEntry>,
@@ -404,6 +346,8 @@ pub struct MachBackend {
     /// Threads the sampler found gone, with their port, to retire at the
     /// next refresh.
     gone: Vec<(u64, u32)>,
+    /// The exit log's epoch when the session's thread list was last taken.
+    exits_epoch: usize,
     /// Set on the sampler thread's backend by `prepare_sampler_thread`.
     is_sampler: bool,
 }
@@ -411,11 +355,11 @@ pub struct MachBackend {
 impl MachBackend {
     pub fn new() -> Result<Self, SamplerError> {
         if is_translated() {
-            return Err(logic::rosetta_error());
+            return Err(refusal::rosetta_error());
         }
         hook::ensure_installed();
         if hook::in_forked_child() {
-            return Err(logic::forked_child_error());
+            return Err(refusal::forked_child_error());
         }
         let c = consts();
         let mut backend = MachBackend {
@@ -428,36 +372,37 @@ impl MachBackend {
             scratch: Vec::with_capacity(64),
             found: Vec::with_capacity(64),
             gone: Vec::with_capacity(16),
+            exits_epoch: EXITS.epoch(),
             is_sampler: false,
         };
-        // The first call seeds the registry with the threads that existed
+        // The first call seeds the table with the threads that existed
         // before the hook; later ones keep it exact for `threadCount()`.
         backend.rescan();
         Ok(backend)
     }
 
-    /// Merges `task_threads` into the hook's registry.
+    /// Merges `task_threads` into the hook's table.
     fn rescan(&mut self) {
         static MAIN_TID: OnceLock<u64> = OnceLock::new();
         let _guard = hook::RESCAN.lock().unwrap_or_else(PoisonError::into_inner);
-        let reg = hook::registry();
-        reg.snapshot(&mut self.scratch);
+        let table = hook::registry();
+        table.snapshot(&mut self.scratch);
         self.scratch.sort_unstable_by_key(|e| e.tid);
         if threads::list(&mut self.found).is_err() {
             return;
         }
         let main_tid = *MAIN_TID.get_or_init(|| {
             // SAFETY: pthread_main_np has no preconditions.
-            let caller_is_main = unsafe { libc::pthread_main_np() } == 1;
+            let caller_is_main = unsafe { sys::pthread_main_np() } == 1;
             let caller = caller_is_main.then(crate::sampler::thread_id::current);
-            logic::pick_main_tid(caller, &self.found)
+            pick_main_tid(caller, &self.found)
         });
-        logic::merge_rescan(
-            reg,
+        merge_rescan(
+            table,
             &self.scratch,
             &self.found,
             |f| threads::describe(f, main_tid),
-            // A fresh reference on a name the registry (or the live thread)
+            // A fresh reference on a name the table (or the live thread)
             // already holds: dropping it frees nothing anyone uses.
             threads::deallocate,
             |_, port| hook::release(port),
@@ -485,9 +430,9 @@ impl Backend for MachBackend {
     fn prepare_sampler_thread(&mut self) {
         self.is_sampler = true;
         SAMPLER_ACTIVE.store(true, Ordering::SeqCst);
-        // See the module docs for why this QoS class and not real-time.
+        // The highest non-real-time class: see docs/design/mach-suspend-window.md.
         // SAFETY: changes only the calling thread's QoS class.
-        unsafe { libc::pthread_set_qos_class_self_np(libc::qos_class_t::QOS_CLASS_USER_INTERACTIVE, 0) };
+        unsafe { sys::pthread_set_qos_class_self_np(sys::qos_class_t::QOS_CLASS_USER_INTERACTIVE, 0) };
     }
 
     fn now_ns(&self) -> u64 {
@@ -497,33 +442,35 @@ impl Backend for MachBackend {
     fn sleep_until(&self, deadline_ns: u64) {
         // SAFETY: a plain wait; KERN_ABORTED (interrupted) just returns
         // early and the caller loops.
-        unsafe { mach_wait_until(logic::deadline_ticks(&self.timebase, deadline_ns)) };
+        let _ = unsafe { mach_wait_until(time::deadline_ticks(&self.timebase, deadline_ns)) };
     }
 
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
-        let reg = hook::registry();
+        let table = hook::registry();
         // 1. Rights queued since the last refresh. Each was removed from the
-        //    hook registry before it was queued, so the sync below removes
-        //    it from the session too, and no request runs before then.
+        //    table before it was queued, so the sync below removes it from
+        //    the session too, and no request runs before then.
         if self.is_sampler {
             RELEASES.drain(threads::deallocate);
         }
         // 2. Threads the last ticks found gone without an exit event.
         for &(tid, port) in &self.gone {
-            if reg.mark_removed(tid) {
+            if table.mark_removed(tid) {
                 hook::release(port);
             }
         }
         self.gone.clear();
         // 3. Room for the hook, and a rescan if it ran out or periodically.
-        let overflowed = reg.ensure_headroom(hook::HOOK_HEADROOM);
+        let overflowed = table.ensure_headroom(hook::HOOK_HEADROOM);
         if overflowed || full {
             self.rescan();
         }
-        // 4. The session's view.
-        reg.snapshot(&mut self.tracked);
+        // 4. The session's view. The epoch is taken first: exits logged
+        //    from here on are checked against this list.
+        self.exits_epoch = EXITS.epoch();
+        table.snapshot(&mut self.tracked);
         self.tracked.sort_unstable_by_key(|e| e.tid);
-        logic::sync_session(registry, &self.tracked, &mut self.scratch, |e| {
+        sync_session(registry, &self.tracked, &mut self.scratch, |e| {
             if let Some(n) = threads::name(e.handle as u32) {
                 e.name = n;
             }
@@ -536,21 +483,19 @@ impl Backend for MachBackend {
                 }
             }
             registry.compact();
-            reg.compact();
+            table.compact();
         }
     }
 
     fn thread_cpu_ns(&mut self, thread: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
         match threads::cpu_ns(thread.handle as u32) {
             Ok(ns) => Ok(Some(ns)),
-            Err(kr) => match logic::classify(kr) {
-                KernOutcome::Gone => {
-                    self.note_gone(thread.tid, thread.handle as u32);
-                    Err(ThreadGone)
-                }
-                // Unknown: let the idle rule treat it as running.
-                _ => Ok(None),
-            },
+            Err(e) if e.thread_gone() => {
+                self.note_gone(thread.tid, thread.handle as u32);
+                Err(ThreadGone)
+            }
+            // Unknown: let the idle rule treat it as running.
+            Err(_) => Ok(None),
         }
     }
 
@@ -578,49 +523,45 @@ impl Backend for MachBackend {
                 // sampler already leaves its own thread out.)
                 continue;
             }
-            if EXITS.contains(tid) {
+            if EXITS.may_have_exited(tid, self.exits_epoch) {
                 self.note_gone(tid, port);
                 sink(Capture::Skipped { tid, reason: SkipReason::Gone });
                 continue;
             }
             let t0 = now_ticks();
-            // SAFETY: `port` is a thread port this process holds a right to;
-            // it is not the calling thread (checked above).
-            let kr = unsafe { thread_suspend(port) };
-            if kr != KERN_SUCCESS {
-                let reason = logic::suspend_skip_reason(kr);
-                if reason == SkipReason::Gone {
-                    self.note_gone(tid, port);
+            let stopped = match Suspended::new(port) {
+                Ok(s) => s,
+                Err(e) => {
+                    let reason = suspend_skip_reason(e);
+                    if reason == SkipReason::Gone {
+                        self.note_gone(tid, port);
+                    }
+                    sink(Capture::Skipped { tid, reason });
+                    continue;
                 }
-                sink(Capture::Skipped { tid, reason });
-                continue;
-            }
-            let window = StoppedWindow::enter();
-            window.fault_injection_point();
+            };
+            stopped._window.fault_injection_point();
             let stopped_at = now_ticks();
-            let outcome =
-                capture_stopped(port, entry, depth, mask, &mut self.frames, &mut self.js_frames, &mut self.words);
-            // SAFETY: undoes the suspend above, on every path. A failure
-            // means the thread died while stopped, which leaves nothing to
-            // resume.
-            unsafe { thread_resume(port) };
-            drop(window);
+            let out = Buffers { frames: &mut self.frames, js: &mut self.js_frames, words: &mut self.words };
+            let outcome = capture_stopped(port, entry, depth, self.exits_epoch, out);
+            drop(stopped);
             let t1 = now_ticks();
 
             match outcome {
                 Stopped::Walked { walk, walk_error, js_count, tos, words_count } => {
                     let frames = &mut self.frames[..walk.depth];
-                    logic::mask_frames(frames, mask);
+                    pac::mask_frames(frames, mask);
                     let js = &self.js_frames[..js_count.min(self.js_frames.len())];
                     sink(Capture::Stack(CapturedStack {
                         tid,
                         time_ns: tb.ticks_to_ns(stopped_at),
                         frames,
                         end: if walk_error { StackEnd::CopyFailed } else { walk.end.into() },
-                        stopped_ns: logic::elapsed_ns(&tb, t0, t1),
+                        stopped_ns: time::elapsed_ns(&tb, t0, t1),
                         delivery_ns: None,
                         weight: 1,
                         off_cpu: false,
+                        // A frameless leaf's caller in `lr` is already among `frames` (`mach::first_frame`).
                         lr: 0,
                         runtime_frames: js,
                         tos,
@@ -636,7 +577,7 @@ impl Backend for MachBackend {
                     time_ns: tb.ticks_to_ns(stopped_at),
                     frames: &[],
                     end: StackEnd::NoPc,
-                    stopped_ns: logic::elapsed_ns(&tb, t0, t1),
+                    stopped_ns: time::elapsed_ns(&tb, t0, t1),
                     delivery_ns: None,
                     weight: 1,
                     off_cpu: false,

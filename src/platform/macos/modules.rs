@@ -1,13 +1,12 @@
 //! The loaded Mach-O images, from dyld's image list.
 //!
 //! Each image's range spans its segments except `__PAGEZERO` and
-//! `__LINKEDIT` (see `mach_logic::MachImage`); its bias is dyld's slide; its
+//! `__LINKEDIT` (see `mach::macho::MachImage`); its bias is dyld's slide; its
 //! build id is its LC_UUID. The load commands are read from the mapped
 //! header, so no file is opened.
 
-use mach2::dyld::{_dyld_get_image_header, _dyld_get_image_name, _dyld_get_image_vmaddr_slide, _dyld_image_count};
-
-use crate::platform::mach_logic::{macho_commands_len, parse_macho, MACH_HEADER_64_SIZE};
+use super::sys::{_dyld_get_image_header, _dyld_get_image_name, _dyld_get_image_vmaddr_slide, _dyld_image_count};
+use crate::platform::mach::macho::{macho_commands_len, parse_macho, MACH_HEADER_64_SIZE};
 use crate::platform::Module;
 
 fn hex(bytes: &[u8]) -> String {

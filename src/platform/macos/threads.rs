@@ -3,16 +3,14 @@
 
 use std::mem::size_of;
 
-use mach2::kern_return::KERN_SUCCESS;
-use mach2::mach_port::mach_port_deallocate;
-use mach2::mach_types::{thread_act_array_t, thread_act_t};
-use mach2::message::mach_msg_type_number_t;
-use mach2::port::{mach_port_t, MACH_PORT_NULL};
-use mach2::task::task_threads;
-use mach2::traps::mach_task_self;
-use mach2::vm::mach_vm_deallocate;
-
-use crate::platform::mach_logic::{basic_info_cpu_ns, name_from_c, stack_bounds_from_top, FoundThread};
+use super::sys::{
+    self, mach_msg_type_number_t, mach_port_deallocate, mach_port_t, mach_task_self, mach_vm_deallocate, task_threads,
+    thread_act_array_t, thread_act_t, KERN_SUCCESS, MACH_PORT_NULL,
+};
+use crate::platform::mach::hook_event::stack_bounds_from_top;
+use crate::platform::mach::kern::{IntoResult, KernelError};
+use crate::platform::mach::rescan::{name_from_c, FoundThread};
+use crate::platform::mach::time::basic_info_cpu_ns;
 use crate::sampler::registry::{ThreadEntry, ThreadName};
 
 /// Drops one user reference on a right we own.
@@ -21,7 +19,7 @@ pub fn deallocate(port: mach_port_t) {
         // SAFETY: releases a reference this process owns on `port`; the
         // call only touches our IPC space. A failure (already gone) is
         // harmless.
-        unsafe { mach_port_deallocate(mach_task_self(), port) };
+        let _ = unsafe { mach_port_deallocate(mach_task_self(), port) };
     }
 }
 
@@ -39,15 +37,15 @@ pub fn warm_up() {
 /// reports), or 0 if the thread is gone.
 pub fn thread_tid(port: mach_port_t) -> u64 {
     // SAFETY: plain data; all-zero is valid.
-    let mut info: libc::thread_identifier_info = unsafe { std::mem::zeroed() };
-    let mut count = libc::THREAD_IDENTIFIER_INFO_COUNT;
+    let mut info: sys::thread_identifier_info = unsafe { std::mem::zeroed() };
+    let mut count = sys::THREAD_IDENTIFIER_INFO_COUNT;
     // SAFETY: `info` has room for THREAD_IDENTIFIER_INFO_COUNT words, and
     // `count` says so.
     let kr = unsafe {
-        libc::thread_info(
+        sys::thread_info(
             port,
-            libc::THREAD_IDENTIFIER_INFO as u32,
-            &mut info as *mut libc::thread_identifier_info as libc::thread_info_t,
+            sys::THREAD_IDENTIFIER_INFO as u32,
+            &mut info as *mut sys::thread_identifier_info as sys::thread_info_t,
             &mut count,
         )
     };
@@ -59,22 +57,20 @@ pub fn thread_tid(port: mach_port_t) -> u64 {
 }
 
 /// User plus system CPU time, or the `kern_return_t` of the failure.
-pub fn cpu_ns(port: mach_port_t) -> Result<u64, i32> {
+pub fn cpu_ns(port: mach_port_t) -> Result<u64, KernelError> {
     // SAFETY: plain data; all-zero is valid.
-    let mut info: libc::thread_basic_info = unsafe { std::mem::zeroed() };
-    let mut count = libc::THREAD_BASIC_INFO_COUNT;
+    let mut info: sys::thread_basic_info = unsafe { std::mem::zeroed() };
+    let mut count = sys::THREAD_BASIC_INFO_COUNT;
     // SAFETY: `info` has room for THREAD_BASIC_INFO_COUNT words.
     let kr = unsafe {
-        libc::thread_info(
+        sys::thread_info(
             port,
-            libc::THREAD_BASIC_INFO as u32,
-            &mut info as *mut libc::thread_basic_info as libc::thread_info_t,
+            sys::THREAD_BASIC_INFO as u32,
+            &mut info as *mut sys::thread_basic_info as sys::thread_info_t,
             &mut count,
         )
     };
-    if kr != KERN_SUCCESS {
-        return Err(kr);
-    }
+    kr.into_result()?;
     let (u, s) = (info.user_time, info.system_time);
     Ok(basic_info_cpu_ns((u.seconds, u.microseconds), (s.seconds, s.microseconds)))
 }
@@ -84,14 +80,14 @@ pub fn cpu_ns(port: mach_port_t) -> Result<u64, i32> {
 /// libpthread lock.
 pub fn name(port: mach_port_t) -> Option<ThreadName> {
     // SAFETY: plain data; all-zero is valid.
-    let mut info: libc::thread_extended_info = unsafe { std::mem::zeroed() };
-    let mut count = libc::THREAD_EXTENDED_INFO_COUNT;
+    let mut info: sys::thread_extended_info = unsafe { std::mem::zeroed() };
+    let mut count = sys::THREAD_EXTENDED_INFO_COUNT;
     // SAFETY: `info` has room for THREAD_EXTENDED_INFO_COUNT words.
     let kr = unsafe {
-        libc::thread_info(
+        sys::thread_info(
             port,
-            libc::THREAD_EXTENDED_INFO as u32,
-            &mut info as *mut libc::thread_extended_info as libc::thread_info_t,
+            sys::THREAD_EXTENDED_INFO as u32,
+            &mut info as *mut sys::thread_extended_info as sys::thread_info_t,
             &mut count,
         )
     };
@@ -101,16 +97,13 @@ pub fn name(port: mach_port_t) -> Option<ThreadName> {
 /// Lists the task's threads into `out`. Each port carries a send right the
 /// caller now owns and must keep or release. The kernel's array is freed
 /// here.
-pub fn list(out: &mut Vec<FoundThread>) -> Result<(), i32> {
+pub fn list(out: &mut Vec<FoundThread>) -> Result<(), KernelError> {
     out.clear();
     let mut array: thread_act_array_t = std::ptr::null_mut();
     let mut count: mach_msg_type_number_t = 0;
     // SAFETY: both out-pointers are valid; on success the kernel maps an
     // array of `count` ports into our address space.
-    let kr = unsafe { task_threads(mach_task_self(), &mut array, &mut count) };
-    if kr != KERN_SUCCESS {
-        return Err(kr);
-    }
+    unsafe { task_threads(mach_task_self(), &mut array, &mut count) }.into_result()?;
     if array.is_null() {
         return Ok(());
     }
@@ -123,7 +116,7 @@ pub fn list(out: &mut Vec<FoundThread>) -> Result<(), i32> {
     let bytes = (count as usize * size_of::<thread_act_t>()) as u64;
     // SAFETY: the array was allocated in our address space by task_threads,
     // and nothing refers to it after this point (`ports` is not used again).
-    unsafe { mach_vm_deallocate(mach_task_self(), array as u64, bytes) };
+    let _ = unsafe { mach_vm_deallocate(mach_task_self(), array as u64, bytes) };
     Ok(())
 }
 
@@ -135,14 +128,14 @@ pub fn list(out: &mut Vec<FoundThread>) -> Result<(), i32> {
 pub fn describe(found: &FoundThread, main_tid: u64) -> ThreadEntry {
     // SAFETY: looks the port up in libpthread's thread list; returns null
     // if no pthread has it.
-    let pt = unsafe { libc::pthread_from_mach_thread_np(found.port) };
+    let pt = unsafe { sys::pthread_from_mach_thread_np(found.port) };
     let bounds = if pt == 0 {
         crate::sampler::walker::StackBounds::EMPTY
     } else {
         // SAFETY: for a thread other than the caller, both functions
         // re-validate `pt` under the list lock and return an error value
         // (which `stack_bounds_from_top` rejects) if it has gone.
-        let (top, size) = unsafe { (libc::pthread_get_stackaddr_np(pt) as u64, libc::pthread_get_stacksize_np(pt)) };
+        let (top, size) = unsafe { (sys::pthread_get_stackaddr_np(pt) as u64, sys::pthread_get_stacksize_np(pt)) };
         stack_bounds_from_top(top, size as u64)
     };
     let mut entry =

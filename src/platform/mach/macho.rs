@@ -1,0 +1,129 @@
+//! Mach-O load commands: the address range and LC_UUID of a loaded image,
+//! for the module list.
+
+pub const MH_MAGIC_64: u32 = 0xfeed_facf;
+pub const MACH_HEADER_64_SIZE: usize = 32;
+pub const LC_SEGMENT_64: u32 = 0x19;
+pub const LC_UUID: u32 = 0x1b;
+
+/// What the module list needs from an image's load commands, in the file's
+/// (unslid) addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachImage {
+    /// Lowest and highest address of its mapped segments. `__PAGEZERO`
+    /// (no access) and `__LINKEDIT` (shared by every image in the dyld
+    /// shared cache, so it would make their ranges overlap) are left out.
+    pub start: u64,
+    pub end: u64,
+    pub uuid: Option<[u8; 16]>,
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+}
+
+/// The size of the header plus load commands, from a 64-bit Mach-O header.
+pub fn macho_commands_len(header: &[u8]) -> Option<usize> {
+    if u32_at(header, 0)? != MH_MAGIC_64 {
+        return None;
+    }
+    MACH_HEADER_64_SIZE.checked_add(u32_at(header, 20)? as usize)
+}
+
+/// Parses the header and load commands of a 64-bit little-endian Mach-O
+/// image. `bytes` must start at the header and hold `macho_commands_len`.
+pub fn parse_macho(bytes: &[u8]) -> Option<MachImage> {
+    let total = macho_commands_len(bytes)?;
+    let ncmds = u32_at(bytes, 16)?;
+    let cmds = bytes.get(MACH_HEADER_64_SIZE..total)?;
+    let mut image = MachImage { start: u64::MAX, end: 0, uuid: None };
+    let mut at = 0usize;
+    for _ in 0..ncmds {
+        let cmd = u32_at(cmds, at)?;
+        let size = u32_at(cmds, at + 4)? as usize;
+        if size < 8 {
+            return None;
+        }
+        let body = cmds.get(at..at.checked_add(size)?)?;
+        if cmd == LC_SEGMENT_64 {
+            let name = body.get(8..24)?;
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(16)];
+            let (vmaddr, vmsize) = (u64_at(body, 24)?, u64_at(body, 32)?);
+            if name != b"__PAGEZERO" && name != b"__LINKEDIT" && vmsize > 0 {
+                image.start = image.start.min(vmaddr);
+                image.end = image.end.max(vmaddr.saturating_add(vmsize));
+            }
+        } else if cmd == LC_UUID {
+            image.uuid = body.get(8..24)?.try_into().ok();
+        }
+        at += size;
+    }
+    (image.start < image.end).then_some(image)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a Mach-O header plus load commands.
+    fn macho(cmds: &[Vec<u8>]) -> Vec<u8> {
+        let body: Vec<u8> = cmds.concat();
+        let mut b = Vec::new();
+        for w in [MH_MAGIC_64, 0x0100_000c, 0, 6, cmds.len() as u32, body.len() as u32, 0, 0] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&body);
+        b
+    }
+
+    fn segment(name: &str, vmaddr: u64, vmsize: u64) -> Vec<u8> {
+        let mut c = Vec::new();
+        c.extend_from_slice(&LC_SEGMENT_64.to_le_bytes());
+        c.extend_from_slice(&72u32.to_le_bytes());
+        let mut n = [0u8; 16];
+        n[..name.len()].copy_from_slice(name.as_bytes());
+        c.extend_from_slice(&n);
+        for v in [vmaddr, vmsize, 0, 0] {
+            c.extend_from_slice(&v.to_le_bytes());
+        }
+        c.extend_from_slice(&[0u8; 16]); // maxprot, initprot, nsects, flags
+        c
+    }
+
+    #[test]
+    fn macho_ranges_skip_pagezero_and_linkedit_and_find_the_uuid() {
+        let mut uuid = Vec::new();
+        uuid.extend_from_slice(&LC_UUID.to_le_bytes());
+        uuid.extend_from_slice(&24u32.to_le_bytes());
+        uuid.extend_from_slice(&[0xab; 16]);
+        let img = macho(&[
+            segment("__PAGEZERO", 0, 0x1_0000_0000),
+            segment("__TEXT", 0x1_0000_0000, 0x4000),
+            segment("__DATA", 0x1_0000_4000, 0x4000),
+            segment("__LINKEDIT", 0x1_0000_8000, 0x10_0000),
+            uuid,
+        ]);
+        assert_eq!(macho_commands_len(&img), Some(img.len()));
+        let parsed = parse_macho(&img).unwrap();
+        assert_eq!(parsed, MachImage { start: 0x1_0000_0000, end: 0x1_0000_8000, uuid: Some([0xab; 16]) });
+    }
+
+    #[test]
+    fn malformed_macho_is_rejected_without_panicking() {
+        assert_eq!(parse_macho(&[0u8; 8]), None);
+        let img = macho(&[segment("__TEXT", 0x1000, 0x1000)]);
+        assert!(parse_macho(&img).is_some());
+        assert_eq!(parse_macho(&img[..img.len() - 1]), None, "truncated commands");
+        let mut bad = img.clone();
+        bad[MACH_HEADER_64_SIZE + 4..MACH_HEADER_64_SIZE + 8].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(parse_macho(&bad), None, "command smaller than its header");
+        let mut huge = img.clone();
+        huge[16..20].copy_from_slice(&1000u32.to_le_bytes());
+        assert_eq!(parse_macho(&huge), None, "more commands than bytes");
+        assert_eq!(parse_macho(&macho(&[])), None, "no segments");
+    }
+}

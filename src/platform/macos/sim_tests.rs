@@ -1,0 +1,554 @@
+//! The Mach backend, run for real against the simulated Mach
+//! (`crate::platform::machsim`): sessions with busy, blocked, churning and
+//! exiting threads, each injected error, and the simulated kernel's audit
+//! of every port right and suspension after each session.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::platform::machsim::{self, audit, faults, faults::Call};
+use crate::sampler::backend::Mode;
+use crate::sampler::options::SamplerOptions;
+use crate::sampler::session::{Hooks, Recording, RunningSampler, Shared};
+
+/// Events the hook installed before ours received (see `serial`).
+static PREVIOUS_HOOK_EVENTS: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn previous_hook(_: std::ffi::c_uint, _: libc::pthread_t, _: *mut std::ffi::c_void, _: usize) {
+    PREVIOUS_HOOK_EVENTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The simulated kernel and its faults are process-wide: one test at a time.
+/// The first call installs a hook before ours, as a sanitizer or
+/// Instruments would, which ours must keep receiving events.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    static PREVIOUS: std::sync::Once = std::sync::Once::new();
+    // SAFETY: a hook with the right signature that only counts.
+    PREVIOUS.call_once(|| unsafe {
+        assert!(sys::pthread_introspection_hook_install(previous_hook).is_none(), "ours must come second");
+    });
+    let g = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    faults::clear();
+    machsim::pthread::EXIT_DELAY_NS.store(0, Ordering::SeqCst);
+    crate::sampler::stopped_window::set_enabled(true);
+    machsim::audit::set_owner(hook::owned_rights);
+    g
+}
+
+fn run_session(interval_ms: f64, for_ms: u64) -> (Recording, Arc<Shared>) {
+    run_session_in(Mode::default(), interval_ms, for_ms)
+}
+
+fn run_session_in(mode: Mode, interval_ms: f64, for_ms: u64) -> (Recording, Arc<Shared>) {
+    let shared = Arc::new(Shared::default());
+    let options = SamplerOptions { mode, ..SamplerOptions::default().with_interval_ms(interval_ms).unwrap() };
+    let backend = MachBackend::new().expect("backend");
+    let running = RunningSampler::spawn(backend, options, shared.clone(), Hooks::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(for_ms));
+    (running.stop(), shared)
+}
+
+fn assert_audit_clean() {
+    let report = audit::audit();
+    assert!(report.is_clean(), "{report:?}");
+}
+
+/// A thread that spins in a recognisable, frame-pointer-walkable function
+/// until told to stop; returns its tid.
+#[inline(never)]
+fn spin_deep(depth: u32, stop: &AtomicBool) -> u64 {
+    if depth == 0 {
+        let mut x = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            x = black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        return x;
+    }
+    black_box(spin_deep(depth - 1, stop)) + 1
+}
+
+struct Busy {
+    stop: Arc<AtomicBool>,
+    tid: Arc<AtomicU64>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+fn busy() -> Busy {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicU64::new(0));
+    let (s, t) = (stop.clone(), tid.clone());
+    let handle = std::thread::spawn(move || {
+        t.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
+        black_box(spin_deep(12, &s));
+    });
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    Busy { stop, tid, handle }
+}
+
+impl Busy {
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.join().unwrap();
+        self.tid.load(Ordering::SeqCst)
+    }
+}
+
+/// Samples of `tid` that were captured (not idle), and their deepest stack.
+fn captured(rec: &Recording, tid: u64) -> (usize, usize) {
+    let Some(index) = rec.threads.iter().position(|t| t.tid == tid) else { return (0, 0) };
+    let mut n = 0;
+    let mut deepest = 0;
+    for i in 0..rec.samples.len() {
+        let s = rec.samples.get(i).unwrap();
+        if s.thread as usize == index && !s.idle {
+            n += 1;
+            deepest = deepest.max(rec.stacks.addresses(s.stack).len());
+        }
+    }
+    (n, deepest)
+}
+
+/// Other threads allocating all the time, so that an allocation in the
+/// window would meet a malloc lock held by a stopped thread.
+fn malloc_contention() -> (Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let v: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 64 + i * 8]).collect();
+                    black_box(v);
+                }
+            })
+        })
+        .collect();
+    (stop, handles)
+}
+
+#[test]
+fn threads_from_task_threads_and_from_the_hook_are_sampled_and_every_right_is_accounted_for() {
+    let _g = serial();
+    let (alloc_stop, allocators) = malloc_contention();
+    let before = busy(); // exists before the backend: found by task_threads
+    let shared = Arc::new(Shared::default());
+    let options = SamplerOptions::default().with_interval_ms(2.0).unwrap();
+    let backend = MachBackend::new().unwrap();
+    let running = RunningSampler::spawn(backend, options, shared, Hooks::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let after = busy(); // created while sampling: found by the hook
+    std::thread::sleep(Duration::from_millis(600));
+    let rec = running.stop();
+    let (before_tid, after_tid) = (before.finish(), after.finish());
+    alloc_stop.store(true, Ordering::SeqCst);
+    allocators.into_iter().for_each(|h| h.join().unwrap());
+
+    for tid in [before_tid, after_tid] {
+        let (n, deepest) = captured(&rec, tid);
+        // Fewer than the 150 ticks: on 2 cores shared with 4 busy threads a
+        // park waits for the scheduler (docs/design/mach-simulation.md).
+        assert!(n > 5, "thread {tid}: {n} captured samples");
+        assert!(deepest >= 12, "thread {tid}: deepest stack {deepest}, the walk must pass spin_deep's frames");
+    }
+    assert_eq!(rec.stats.walk_errors, 0);
+    assert_eq!(rec.stats.threads_sampled, rec.stats.samples_captured + rec.stats.samples_dropped);
+    assert!(rec.stats.max_suspend_ns > 0);
+    // The sampler asked for the highest non-real-time QoS class.
+    assert!(!machsim::threads_with_qos(machsim::qos_class_t::QOS_CLASS_USER_INTERACTIVE).is_empty());
+    assert_audit_clean();
+}
+
+#[test]
+fn wall_mode_rate_is_within_ten_percent_and_idle_threads_are_not_suspended() {
+    let _g = serial();
+    let (rec, _) = run_session_in(Mode::Wall, 10.0, 1000);
+    let elapsed_ms = (rec.end_ns - rec.start_ns) as f64 / 1e6;
+    let expected = elapsed_ms / 10.0;
+    let ticks = rec.stats.ticks as f64;
+    assert!((ticks / expected - 1.0).abs() < 0.1, "ticks {ticks} for {expected:.0} expected");
+    // The test harness's main thread waits the whole time: after its first
+    // capture it is carried forward, never suspended again.
+    assert!(rec.stats.idle_samples > 0, "{:?} {:?}", rec.stats, rec.threads);
+    assert_audit_clean();
+}
+
+/// A thread's CPU time from its Linux CPU clock: the kernel's own account,
+/// not the simulated `thread_info` the sampler reads.
+fn linux_cpu_clock_ns(thread: libc::pthread_t) -> u64 {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `thread` is a live thread of this process (its JoinHandle is
+    // held); both out-pointers are valid.
+    unsafe {
+        assert_eq!(libc::pthread_getcpuclockid(thread, &mut clock), 0);
+        assert_eq!(libc::clock_gettime(clock, &mut ts), 0);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Total weight and rows of `tid`'s samples.
+fn weight_and_rows(rec: &Recording, tid: u64) -> (u64, usize) {
+    let Some(index) = rec.threads.iter().position(|t| t.tid == tid) else { return (0, 0) };
+    let rows: Vec<usize> = (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] as usize == index).collect();
+    (rows.iter().map(|&i| rec.samples.weight[i] as u64).sum(), rows.len())
+}
+
+#[test]
+fn cpu_mode_weights_follow_thread_info_cpu_time_and_blocked_threads_are_left_alone() {
+    use std::os::unix::thread::JoinHandleExt;
+    let _g = serial();
+    let b = busy();
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let blocked = std::thread::spawn(move || {
+        tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+        let _ = wait.recv();
+    });
+    let blocked_tid = tid_rx.recv().unwrap();
+    let cpu0 = linux_cpu_clock_ns(b.handle.as_pthread_t());
+    let (rec, _) = run_session_in(Mode::Cpu, 2.0, 600);
+    let cpu_ns = linux_cpu_clock_ns(b.handle.as_pthread_t()) - cpu0;
+    let busy_tid = b.finish();
+    release.send(()).unwrap();
+    blocked.join().unwrap();
+
+    // On the tick loop, the backend's thread_info CPU time decides: the busy
+    // thread's weights add up to the CPU time it got (2 ms each), whatever
+    // share of the 2 shared cores that was.
+    let (weight, rows) = weight_and_rows(&rec, busy_tid);
+    let intervals = cpu_ns as f64 / 2e6;
+    assert!(intervals > 20.0, "{intervals}");
+    assert!(
+        (weight as f64 - intervals).abs() <= (intervals * 0.1).max(3.0),
+        "weight {weight} for {intervals:.1} intervals of CPU"
+    );
+    assert!(rows > 5 && rows as u64 <= weight, "{rows} rows");
+    // The blocked thread: its first stack, then never suspended again, and
+    // no idle samples in CPU mode.
+    assert_eq!(weight_and_rows(&rec, blocked_tid), (1, 1));
+    assert_eq!(rec.stats.idle_samples, 0);
+    assert!(rec.samples.idle.iter().all(|&i| i == 0));
+    assert_eq!(rec.stats.walk_errors, 0);
+    assert_audit_clean();
+}
+
+#[test]
+fn thread_churn_with_exits_mid_sample_is_skipped_never_a_walk_error() {
+    let _g = serial();
+    let shared = Arc::new(Shared::default());
+    let options = SamplerOptions::default().with_interval_ms(1.0).unwrap();
+    let running = RunningSampler::spawn(MachBackend::new().unwrap(), options, shared, Hooks::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(700);
+    let mut spawned = 0;
+    while Instant::now() < deadline {
+        let batch: Vec<_> = (0..6)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let until = Instant::now() + Duration::from_micros(300 + i * 400);
+                    let mut x = 0u64;
+                    while Instant::now() < until {
+                        x = black_box(x + 1);
+                    }
+                })
+            })
+            .collect();
+        spawned += batch.len();
+        batch.into_iter().for_each(|h| h.join().unwrap());
+    }
+    let rec = running.stop();
+    assert!(spawned > 100, "{spawned}");
+    // Threads shorter than a refresh period (20 ms) may never enter the
+    // session; those that do are found by the hook, not a rescan.
+    assert!(rec.threads.len() > 10, "{}", rec.threads.len());
+    assert_eq!(rec.stats.walk_errors, 0, "{:?}", rec.stats);
+    assert_audit_clean();
+}
+
+#[test]
+fn a_thread_caught_after_its_exit_hook_is_skipped_not_walked() {
+    let _g = serial();
+    // Exiting threads stay 30 ms with their stack unmapped: a walk there
+    // would fault. The exit log must keep the sampler out. Wall mode: the
+    // tick after an exit asks for every thread that ran since the last one
+    // (CPU mode asks only once a whole interval of CPU time has been used).
+    machsim::pthread::EXIT_DELAY_NS.store(30_000_000, Ordering::SeqCst);
+    let shared = Arc::new(Shared::default());
+    let options = SamplerOptions { mode: Mode::Wall, ..SamplerOptions::default().with_interval_ms(1.0).unwrap() };
+    let running = RunningSampler::spawn(MachBackend::new().unwrap(), options, shared, Hooks::default()).unwrap();
+    for _ in 0..8 {
+        let h = std::thread::spawn(|| {
+            let until = Instant::now() + Duration::from_millis(15);
+            while Instant::now() < until {
+                black_box(0);
+            }
+        });
+        h.join().unwrap();
+    }
+    let rec = running.stop();
+    machsim::pthread::EXIT_DELAY_NS.store(0, Ordering::SeqCst);
+    assert!(rec.stats.threads_skipped > 0);
+    assert_eq!(rec.stats.walk_errors, 0);
+    assert_audit_clean();
+}
+
+#[test]
+fn start_stop_cycles_leave_nothing_behind() {
+    let _g = serial();
+    for _ in 0..10 {
+        let b = busy();
+        let (rec, _) = run_session(1.0, 30);
+        let tid = b.finish();
+        assert!(captured(&rec, tid).0 > 0, "{tid} {:?} {:?}", rec.threads, rec.stats);
+    }
+    assert_audit_clean();
+}
+
+/// Runs a session against one busy thread with a fault armed, until the
+/// fault has answered `times` calls (or for 150 ms if it never runs out).
+fn with_fault(call: Call, code: i32, times: u32) -> (Recording, u64) {
+    let b = busy();
+    let hits = faults::hits(call);
+    faults::inject(call, code, times);
+    let shared = Arc::new(Shared::default());
+    let options = SamplerOptions::default().with_interval_ms(1.0).unwrap();
+    let running = RunningSampler::spawn(MachBackend::new().unwrap(), options, shared, Hooks::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    std::thread::sleep(Duration::from_millis(150));
+    while times != u32::MAX && faults::hits(call) - hits < times && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A little more, so the session also runs after the fault.
+    faults::clear();
+    std::thread::sleep(Duration::from_millis(30));
+    let rec = running.stop();
+    if times != u32::MAX {
+        assert_eq!(faults::hits(call) - hits, times, "{call:?} was not called often enough");
+    }
+    (rec, b.finish())
+}
+
+#[test]
+fn each_injected_error_is_handled() {
+    let _g = serial();
+    use crate::platform::mach::kern::*;
+    // thread_suspend: gone (skipped, thread retired and re-found by the
+    // next rescan) or any other error (skipped, retried next tick).
+    for code in [KERN_TERMINATED, KERN_INVALID_ARGUMENT, MACH_SEND_INVALID_DEST, KERN_FAILURE] {
+        let (rec, _) = with_fault(Call::ThreadSuspend, code, 20);
+        assert!(rec.stats.threads_skipped >= 15, "{code:#x}: {:?}", rec.stats);
+        assert_eq!(rec.stats.walk_errors, 0);
+        assert_audit_clean();
+    }
+    // thread_get_state: gone is a skip; another error an empty stack
+    // counted in walkErrors; a short state is an error too.
+    let (rec, _) = with_fault(Call::ThreadGetState, KERN_TERMINATED, 10);
+    assert!(rec.stats.threads_skipped >= 10);
+    let hits = faults::hits(Call::ThreadGetState);
+    let (rec, _) = with_fault(Call::ThreadGetState, KERN_FAILURE, 10);
+    assert_eq!(faults::hits(Call::ThreadGetState) - hits, 10);
+    assert_eq!(rec.stats.walk_errors, 10, "{:?}", rec.stats);
+    let (rec, _) = with_fault(Call::ThreadGetStateShort, 0, 10);
+    assert_eq!(rec.stats.walk_errors, 10, "{:?}", rec.stats);
+    assert_audit_clean();
+    // thread_resume failing (as for a thread that died while stopped) is
+    // ignored; the sim's own resume count stays right because the fault
+    // does not resume: the audit would see the thread still suspended, so
+    // this only runs with the failure answered for a dead name.
+    // thread_info(BASIC): gone retires the thread; other errors count as
+    // running.
+    let (rec, tid) = with_fault(Call::ThreadInfoBasic, MACH_SEND_INVALID_DEST, 5);
+    assert!(rec.stats.threads_skipped >= 5 && captured(&rec, tid).0 > 0);
+    let (rec, tid) = with_fault(Call::ThreadInfoBasic, KERN_FAILURE, 50);
+    assert!(captured(&rec, tid).0 > 0);
+    assert_audit_clean();
+    // task_threads failing: the rescan gives up, the hook's threads remain.
+    let (rec, _) = with_fault(Call::TaskThreads, KERN_FAILURE, 1);
+    assert!(rec.stats.samples_captured > 0, "{:?}", rec.stats);
+    // thread_info(IDENTIFIER) failing: the found thread has tid 0 and its
+    // right is released.
+    let (rec, _) = with_fault(Call::ThreadInfoIdentifier, KERN_FAILURE, 4);
+    assert!(rec.stats.samples_captured > 0, "{:?}", rec.stats);
+    // thread_info(EXTENDED) failing: no name, nothing else.
+    let (rec, _) = with_fault(Call::ThreadInfoExtended, KERN_FAILURE, u32::MAX);
+    assert!(rec.stats.samples_captured > 0);
+    // mach_wait_until interrupted: the loop waits again.
+    let (rec, _) = with_fault(Call::WaitUntil, KERN_ABORTED, 200);
+    assert!(rec.stats.ticks > 50, "{:?}", rec.stats);
+    assert_audit_clean();
+}
+
+#[test]
+fn hook_faults_leave_threads_to_the_rescan() {
+    let _g = serial();
+    hook::ensure_installed();
+    for call in [Call::ThreadSelf, Call::ThreadIdZero, Call::StackAddr] {
+        faults::inject(call, 0, u32::MAX);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        faults::clear();
+        let mut entries = Vec::new();
+        hook::registry().snapshot(&mut entries);
+        let entry = entries.iter().find(|e| e.tid == tid);
+        match call {
+            // Tracked, with unknown stack bounds: sampled pc-only.
+            Call::StackAddr => assert!(entry.is_some_and(|e| e.stack.is_empty()), "{entry:?}"),
+            // Not tracked: the next rescan finds it.
+            _ => assert!(entry.is_none(), "{call:?}"),
+        }
+        tx.send(()).unwrap();
+        h.join().unwrap();
+        assert_audit_clean();
+    }
+}
+
+#[test]
+fn rosetta_and_the_address_size_sysctl() {
+    let _g = serial();
+    faults::inject(Call::Rosetta, 1, 1);
+    let err = MachBackend::new().err().expect("refused under Rosetta");
+    assert_eq!(err.code.as_str(), "ENOTSUP");
+    assert!(!is_translated());
+    assert_eq!(consts().address_mask, (1 << 47) - 1);
+}
+
+#[test]
+fn fake_pac_bits_never_reach_the_profile() {
+    let _g = serial();
+    let b = busy();
+    let (rec, _) = run_session(1.0, 100);
+    let tid = b.finish();
+    assert!(captured(&rec, tid).0 > 0);
+    let mut seen = 0;
+    for i in 0..rec.samples.len() {
+        for a in rec.stacks.addresses(rec.samples.get(i).unwrap().stack) {
+            assert!(a < 1 << 47, "{a:#x} kept authentication bits");
+            seen += 1;
+        }
+    }
+    assert!(seen > 0);
+}
+
+#[test]
+fn the_clock_is_mach_absolute_time_at_24_mhz() {
+    let _g = serial();
+    let b = MachBackend::new().unwrap();
+    assert_eq!(b.timebase, Timebase::new(125, 3));
+    let t0 = b.now_ns();
+    b.sleep_until(t0 + 5_000_000);
+    let t1 = b.now_ns();
+    assert!(t1 >= t0 + 5_000_000 && t1 < t0 + 50_000_000, "{}", t1 - t0);
+}
+
+#[test]
+fn suspending_a_blocked_thread_costs_it_no_cpu_time() {
+    let _g = serial();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        let _ = rx.recv();
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    let mut found = Vec::new();
+    threads::list(&mut found).unwrap();
+    let mut ours = None;
+    for f in &found {
+        if f.tid == crate::sampler::thread_id::current() {
+            threads::deallocate(f.port);
+            continue;
+        }
+        // The newest thread is the blocked one.
+        if ours.is_none_or(|o: FoundThread| f.tid > o.tid) {
+            if let Some(o) = ours {
+                threads::deallocate(o.port);
+            }
+            ours = Some(*f);
+        } else {
+            threads::deallocate(f.port);
+        }
+    }
+    let t = ours.unwrap();
+    let before = threads::cpu_ns(t.port).unwrap();
+    for _ in 0..200 {
+        // SAFETY: a port we hold, not our own thread.
+        unsafe {
+            assert_eq!(thread_suspend(t.port), 0);
+            assert_eq!(thread_resume(t.port), 0);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let after = threads::cpu_ns(t.port).unwrap();
+    threads::deallocate(t.port);
+    tx.send(()).unwrap();
+    h.join().unwrap();
+    assert_eq!(after, before, "200 suspensions charged {} ns", after - before);
+}
+
+#[test]
+fn the_hook_forwards_every_event_to_the_hook_installed_before_it() {
+    let _g = serial();
+    hook::ensure_installed();
+    let before = PREVIOUS_HOOK_EVENTS.load(Ordering::SeqCst);
+    std::thread::spawn(|| black_box(1)).join().unwrap();
+    // START and TERMINATE.
+    assert!(PREVIOUS_HOOK_EVENTS.load(Ordering::SeqCst) >= before + 2);
+}
+
+#[test]
+fn a_thread_with_unknown_stack_bounds_is_sampled_pc_only() {
+    let _g = serial();
+    hook::ensure_installed();
+    // The hook cannot learn the new thread's stack.
+    faults::inject(Call::StackAddr, 0, u32::MAX);
+    let b = busy();
+    faults::clear();
+    let (rec, _) = run_session(1.0, 150);
+    let tid = b.finish();
+    let (n, deepest) = captured(&rec, tid);
+    assert!(n > 0 && deepest == 1, "{n} samples, deepest {deepest}");
+    assert!(rec.stats.walk_errors >= n as u64);
+
+    // A rescan that finds no pthread for a thread gives it no bounds either.
+    let b = busy();
+    let tid = b.tid.load(Ordering::SeqCst);
+    let mut entries = Vec::new();
+    hook::registry().snapshot(&mut entries);
+    let entry = entries.iter().find(|e| e.tid == tid).copied().unwrap();
+    assert!(hook::registry().mark_removed(tid));
+    hook::release(entry.handle as u32);
+    faults::inject(Call::PthreadFromPort, 0, u32::MAX);
+    let backend = MachBackend::new().unwrap();
+    faults::clear();
+    hook::registry().snapshot(&mut entries);
+    let found = entries.iter().find(|e| e.tid == tid).copied().unwrap();
+    assert!(found.stack.is_empty());
+    drop(backend);
+    b.finish();
+    assert_audit_clean();
+}
+
+#[test]
+fn the_module_list_comes_from_dyld() {
+    let _g = serial();
+    machsim::dyld::UUID_FROM_BUILD_ID.store(true, Ordering::SeqCst);
+    let modules = crate::platform::loaded_modules();
+    machsim::dyld::UUID_FROM_BUILD_ID.store(false, Ordering::SeqCst);
+    let here = the_module_list_comes_from_dyld as *const () as u64;
+    let own = modules.iter().find(|m| m.start <= here && here < m.end).expect("the test binary is listed");
+    assert_eq!(own.build_id.len(), 32, "LC_UUID as 16 bytes of hex: {own:?}");
+    let linux = crate::platform::linux::modules::loaded_modules();
+    let same = linux.iter().find(|m| m.start <= here && here < m.end).unwrap();
+    assert_eq!(own.bias, same.bias);
+    assert!(same.build_id.starts_with(&own.build_id));
+    // Without the test switch, 20-byte build ids give no LC_UUID.
+    assert!(crate::platform::loaded_modules().iter().all(|m| m.build_id.is_empty()));
+}

@@ -2,7 +2,7 @@
 // watchStalls(): each case runs in a fresh process (__test__/fixtures/stalls.js)
 // with the allocation check armed. Durations are compared with what the
 // program measured around its own block (±10 %), never with fixed times;
-// speed, memory and latency targets are in bench/stalls.js.
+// speed, memory and latency targets are in bench/sections/stalls.js.
 
 const fs = require('fs')
 const os = require('os')

@@ -30,6 +30,7 @@ const SECTIONS = [
   require('./sections/memory'),
   require('./sections/js-names'),
   require('./sections/inline-agreement'),
+  require('./sections/stalls'),
 ]
 
 const CONFIG = {

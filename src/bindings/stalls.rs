@@ -88,7 +88,14 @@ pub struct JsStall<'env> {
 
 fn stall_object<'env>(env: &'env Env, r: &StallReport) -> napi::Result<JsStall<'env>> {
     Ok(JsStall {
-        thread: JsThreadInfo { tid: r.tid as f64, name: r.thread_name.clone(), is_main: r.is_main },
+        thread: JsThreadInfo {
+            tid: r.tid as f64,
+            name: r.thread_name.clone(),
+            is_main: r.is_main,
+            role: None,
+            pid: None,
+            command: None,
+        },
         start_time_ns: BigInt::from(r.start_ns),
         duration_ms: r.end_ns.saturating_sub(r.start_ns) as f64 / 1e6,
         profile: JsProfile::from_data(env, &r.profile)?,

@@ -77,9 +77,14 @@ pub fn build(job: Job) -> StallReport {
         stats,
         symbols: None,
         js_names: Vec::new(),
+        processes: Vec::new(),
+        thread_process: Vec::new(),
+        thread_roles: Vec::new(),
     };
     crate::control::name_js_frames_of(&mut data);
-    data.symbols = Some(crate::symbols::symbolicate(&data, &watch.symbols));
+    let symbols = crate::symbols::symbolicate(&data, &watch.symbols);
+    crate::profile::roles::assign(&mut data, &symbols, &[]);
+    data.symbols = Some(symbols);
     let t = &data.threads[thread];
     let (thread_name, is_main) = (t.name.clone(), t.is_main);
     let span = StallSpan {

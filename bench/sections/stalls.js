@@ -2,7 +2,7 @@
 'use strict'
 // The stall watcher's figures, as a bench section:
 //   module.exports = { run: async (ctx) => result, rows: (result) => [...] }
-// and standalone: `node bench/stalls.js [--quick]` prints the result and its
+// and standalone: `node bench/sections/stalls.js [--quick]` prints the result and its
 // rows as JSON. Needs the testing build (npm run build:testing).
 //
 // - cost: throughput of bench/workloads/cpu.js's kernel (the main thread and
@@ -27,7 +27,7 @@
 const { spawnSync } = require('child_process')
 const path = require('path')
 
-const ROOT = path.join(__dirname, '..')
+const ROOT = path.join(__dirname, '..', '..')
 const FIXTURE = path.join(ROOT, '__test__', 'fixtures', 'stalls.js')
 const MB = 1 << 20
 
@@ -56,18 +56,18 @@ function node(args, { env = {}, timeoutMs = 600000 } = {}) {
 }
 
 // ---------------------------------------------------------------------------
-// child processes: `node bench/stalls.js --child <name> '<json>'`
+// child processes: `node bench/sections/stalls.js --child <name> '<json>'`
 
 const CHILDREN = {
   // On/off phases of the watcher on the CPU workload; prints ops/s and CPU/op per phase.
   async cost(o) {
     const { Worker } = require('worker_threads')
-    const { kernel } = require('./workloads/common')
+    const { kernel } = require('../workloads/common')
     const ms = require(ROOT)
     const shared = new Int32Array(new SharedArrayBuffer(16 * 4))
     const body = `
       const { workerData } = require('worker_threads')
-      const { kernel } = require(${JSON.stringify(path.join(__dirname, 'workloads', 'common.js'))})
+      const { kernel } = require(${JSON.stringify(path.join(ROOT, 'bench', 'workloads', 'common.js'))})
       const shared = new Int32Array(workerData.sab)
       while (Atomics.load(shared, 0) === 0) { for (let k = 0; k < 5; k++) kernel(); Atomics.add(shared, 1 + workerData.i, 5) }`
     const workers = Array.from({ length: o.workers }, (_, i) => new Worker(body, { eval: true, workerData: { sab: shared.buffer, i: i + 1 } }))
@@ -279,7 +279,7 @@ function rows(r) {
   return out
 }
 
-module.exports = { run, rows }
+module.exports = { name: 'stalls', run, rows }
 
 if (require.main === module) {
   const i = process.argv.indexOf('--child')

@@ -767,13 +767,6 @@ export interface ThreadInfo {
   command?: string
 }
 
-/** A file {@link processProfileFile} wrote. */
-export interface WrittenFile {
-  path: string
-  /** The process it holds, or 0 for all of the profile's processes. */
-  pid: number
-}
-
 /**
  * Watches the calling thread's event loop for stalls: times it does not
  * turn for `thresholdMs` or longer. Each stall is handed to `onStall` on
@@ -836,4 +829,11 @@ export interface WatchStallsOptions {
    * stall, with the {@link Stall}.
    */
   onStall?: (stall: Stall) => void
+}
+
+/** A file {@link processProfileFile} wrote. */
+export interface WrittenFile {
+  path: string
+  /** The process it holds, or 0 for all of the profile's processes. */
+  pid: number
 }

@@ -92,6 +92,24 @@ impl ModuleEntry {
     }
 }
 
+impl ModuleEntry {
+    /// One step at `lookup` by [`super::cfa_expression`], for a frame
+    /// framehop could not unwind; ELF `.eh_frame` only.
+    pub(crate) fn cfi_step(
+        &self,
+        lookup: u64,
+        regs: super::cfa_expression::StepRegs,
+        read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> Option<super::cfa_expression::Step> {
+        match self.cover {
+            Coverage::EhFrame { hdr, hdr_avma, frame, frame_avma } => {
+                super::cfa_expression::step(hdr, hdr_avma, frame, frame_avma, lookup, regs, read)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Sorted, non-overlapping address ranges.
 #[derive(Clone, Debug, Default)]
 pub struct RangeSet {

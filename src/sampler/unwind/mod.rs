@@ -13,8 +13,11 @@
 //!   is never recorded ([`StackEnd::NotExecutable`]);
 //! - a first frame in code that keeps frame pointers but has no CFI (V8's
 //!   builtins inside node's text) is unwound by its frame pointer;
+//! - a frame whose CFA is a DWARF expression that reads memory (OpenSSL's
+//!   assembly), which framehop leaves, is stepped by [`cfa_expression`];
 //! - why each stack ended is reported ([`StackEnd`]).
 
+mod cfa_expression;
 mod code;
 mod copy;
 
@@ -147,11 +150,19 @@ impl Unwinder {
             let lookup = address.address_for_lookup();
             let first = !address.is_return_address();
             let sp_before = arch::sp(&state);
-            let step = if first && self.code.keeps_frame_pointers(lookup) {
+            let mut step = if first && self.code.keeps_frame_pointers(lookup) {
                 arch::frame_pointer_step(&mut state, &mut read)
             } else {
                 self.inner.unwind_frame(address, &mut state, &mut self.cache, &mut read)
             };
+            if matches!(step, Err(ref e) if !matches!(e, Error::CouldNotReadStack(_))) {
+                if let Some(s) =
+                    self.code.module(lookup).and_then(|m| m.cfi_step(lookup, arch::step_regs(&state), &mut read))
+                {
+                    arch::apply(&mut state, s.sp, s.fp, s.ra);
+                    step = Ok(s.ra);
+                }
+            }
             match step {
                 Ok(None) | Ok(Some(0)) | Err(Error::ReturnAddressIsNull) => return StackEnd::Root,
                 Ok(Some(ra)) => {
@@ -197,6 +208,8 @@ mod arch {
     use framehop::x86_64::UnwindRegsX86_64 as Regs;
     use framehop::Error;
 
+    use super::cfa_expression::StepRegs;
+
     use crate::sampler::walker::Registers;
 
     pub fn regs(r: Registers, _mask: u64) -> Regs {
@@ -210,6 +223,19 @@ mod arch {
     }
     pub fn strip(a: u64, _mask: u64) -> u64 {
         a
+    }
+
+    /// The registers a CFI step can use, with their DWARF numbers.
+    pub fn step_regs(r: &Regs) -> StepRegs {
+        StepRegs { sp: r.sp(), fp: r.bp(), sp_reg: 7, fp_reg: 6, ra_reg: 16 }
+    }
+
+    pub fn apply(r: &mut Regs, sp: u64, fp: u64, ra: Option<u64>) {
+        r.set_sp(sp);
+        r.set_bp(fp);
+        if let Some(ra) = ra {
+            r.set_ip(ra);
+        }
     }
 
     /// One frame-pointer step: `[bp]` is the caller's bp, `[bp + 8]` the
@@ -239,6 +265,8 @@ mod arch {
     use framehop::aarch64::{PtrAuthMask, UnwindRegsAarch64 as Regs};
     use framehop::Error;
 
+    use super::cfa_expression::StepRegs;
+
     use crate::sampler::walker::Registers;
 
     pub fn regs(r: Registers, mask: u64) -> Regs {
@@ -252,6 +280,19 @@ mod arch {
     }
     pub fn strip(a: u64, mask: u64) -> u64 {
         a & mask
+    }
+
+    /// The registers a CFI step can use, with their DWARF numbers.
+    pub fn step_regs(r: &Regs) -> StepRegs {
+        StepRegs { sp: r.sp(), fp: r.fp(), sp_reg: 31, fp_reg: 29, ra_reg: 30 }
+    }
+
+    pub fn apply(r: &mut Regs, sp: u64, fp: u64, ra: Option<u64>) {
+        r.set_sp(sp);
+        r.set_fp(fp);
+        if let Some(ra) = ra {
+            r.set_lr(ra);
+        }
     }
 
     /// One frame-pointer step: `[fp]` is the caller's fp, `[fp + 8]` the

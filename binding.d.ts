@@ -348,7 +348,7 @@ export interface ProfileSummary {
    * Every process of the profile (one unless `record` followed child
    * processes).
    */
-  processes: Array<JsProcessSummary>
+  processes: Array<ProcessSummary>
 }
 
 /** A function in a {@link ProfileReport}. */

@@ -155,7 +155,8 @@ test('.cpuprofile has the structure Chrome DevTools loads, for the main thread',
   const file = convert('demo.cpuprofile')
   const doc = JSON.parse(fs.readFileSync(file, 'utf8'))
   const main = profile.threads.findIndex((t) => t.isMain)
-  const mainSamples = profile.samples.thread.filter((t) => t === main).length
+  // One entry per interval: a row of weight n is n entries.
+  const mainSamples = profile.samples.thread.reduce((n, t, i) => n + (t === main ? profile.samples.weight[i] : 0), 0)
   expect(doc.samples).toHaveLength(mainSamples)
   expect(doc.timeDeltas).toHaveLength(mainSamples)
   expect(Number.isInteger(doc.startTime) && Number.isInteger(doc.endTime)).toBe(true)

@@ -496,6 +496,18 @@ impl SaveRequest {
     }
 }
 
+/// One process of a profile, in a {@link ProfileSummary}.
+#[napi(object, js_name = "ProcessSummary")]
+pub struct JsProcessSummary {
+    pub pid: u32,
+    /// Its command line, or "" if unknown.
+    pub command: String,
+    /// Samples of its threads (weights counted), idle ones included.
+    pub samples: f64,
+    /// Threads with at least one sample.
+    pub threads: u32,
+}
+
 /// A profile file at a glance: what `machsampler report` and `record`
 /// print above their tables.
 #[napi(object, js_name = "ProfileSummary")]
@@ -576,18 +588,6 @@ pub struct JsWrittenFile {
     pub path: String,
     /// The process it holds, or 0 for all of the profile's processes.
     pub pid: u32,
-}
-
-/// One process of a profile, in a {@link ProfileSummary}.
-#[napi(object, js_name = "ProcessSummary")]
-pub struct JsProcessSummary {
-    pub pid: u32,
-    /// Its command line, or "" if unknown.
-    pub command: String,
-    /// Samples of its threads (weights counted), idle ones included.
-    pub samples: f64,
-    /// Threads with at least one sample.
-    pub threads: u32,
 }
 
 /// What {@link processProfileFile} did.

@@ -11,10 +11,10 @@
 //!   into real code, JIT code and frame-pointer code), or a real stack of
 //!   this thread (copied from a known call chain) with words replaced, bits
 //!   flipped, the copy cut short and records added above it.
-//! - **Copied unwind information.** The same real stack unwinds the same
-//!   through a copy of this test binary's `.eh_frame_hdr` and `.eh_frame`
-//!   handed to the unwinder in their place, and the table entries, FDEs
-//!   and CIEs its frames use are located (where mutations will go).
+//! - **Mutated unwind information.** The same real stack is unwound with
+//!   this test binary's `.eh_frame_hdr` and `.eh_frame` copied and mutated
+//!   (bit flips and byte stores in the very table entries, FDEs and CIEs
+//!   the stack's frames use, sections cut short) or replaced by garbage.
 //! - **CFA expressions.** A synthetic module whose FDE gives the CFA as
 //!   `DW_OP_breg7 rsp+N; DW_OP_deref; DW_OP_plus_uconst 8` (OpenSSL's
 //!   realigned stacks), against a model of that step.
@@ -796,6 +796,116 @@ fn mutated_real_stacks_with_real_modules() {
 // ---------------------------------------------------------------------
 // Mutated unwind information
 
+/// Where in this binary's unwind information a mutation lands. `rec`
+/// picks one of the snapshot's frames, so the bytes changed are the ones
+/// its unwind reads.
+#[derive(Clone, Copy, Debug)]
+enum Spot {
+    /// The `.eh_frame_hdr` header: version, encodings, pointer, count.
+    HdrHead(u8),
+    /// A byte of a table entry near a frame's.
+    Entry {
+        rec: u8,
+        delta: i8,
+        byte: u8,
+    },
+    Fde {
+        rec: u8,
+        pos: u16,
+    },
+    Cie {
+        rec: u8,
+        pos: u16,
+    },
+    Anywhere {
+        hdr: bool,
+        pos: u32,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Flip(u8),
+    Set(u8),
+}
+
+#[derive(Clone, Debug)]
+enum Cfi {
+    /// The real sections with these edits, optionally cut to a length.
+    Mutated { edits: Vec<(Spot, Op)>, cut: Option<(bool, u32)> },
+    /// Random bytes; `head`: behind a valid `.eh_frame_hdr` header.
+    Garbage { head: bool, hdr: Vec<u8>, frame: Vec<u8> },
+}
+
+fn spot() -> impl Strategy<Value = Spot> {
+    prop_oneof![
+        1 => (0u8..12).prop_map(Spot::HdrHead),
+        3 => (any::<u8>(), -4i8..4, 0u8..8).prop_map(|(rec, delta, byte)| Spot::Entry { rec, delta, byte }),
+        4 => (any::<u8>(), 0u16..64).prop_map(|(rec, pos)| Spot::Fde { rec, pos }),
+        3 => (any::<u8>(), 0u16..32).prop_map(|(rec, pos)| Spot::Cie { rec, pos }),
+        1 => (any::<bool>(), any::<u32>()).prop_map(|(hdr, pos)| Spot::Anywhere { hdr, pos }),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![2 => (0u8..8).prop_map(Op::Flip), 1 => any::<u8>().prop_map(Op::Set)]
+}
+
+fn cfi_case() -> impl Strategy<Value = (Cfi, SnapCase, usize)> {
+    let mutated = (
+        prop::collection::vec((spot(), op()), 1..8),
+        prop_oneof![4 => Just(None), 1 => (any::<bool>(), any::<u32>()).prop_map(Some)],
+    )
+        .prop_map(|(edits, cut)| Cfi::Mutated { edits, cut });
+    let garbage =
+        (any::<bool>(), prop::collection::vec(any::<u8>(), 0..128), prop::collection::vec(any::<u8>(), 0..512))
+            .prop_map(|(head, hdr, frame)| Cfi::Garbage { head, hdr, frame });
+    let snap = prop_oneof![
+        4 => Just(SnapCase { cut: None, edits: vec![] }),
+        1 => snap_case(),
+    ];
+    (prop_oneof![5 => mutated, 1 => garbage], snap, max_depth())
+}
+
+/// This binary's sections, edited as `cfi` says.
+fn edited_sections(cfi: &Cfi) -> (Vec<u8>, Vec<u8>) {
+    let own = &env().cfi;
+    match cfi {
+        Cfi::Mutated { edits, cut } => {
+            let (mut hdr, mut frame) = (own.hdr.to_vec(), own.frame.to_vec());
+            for &(spot, op) in edits {
+                let rec = |r: u8| &own.records[r as usize % own.records.len()];
+                let (bytes, at) = match spot {
+                    Spot::HdrHead(i) => (&mut hdr, i as usize),
+                    Spot::Entry { rec: r, delta, byte } => {
+                        (&mut hdr, (rec(r).0 as isize + 8 * delta as isize).max(12) as usize + byte as usize)
+                    }
+                    Spot::Fde { rec: r, pos } => (&mut frame, rec(r).1.start + pos as usize % rec(r).1.len()),
+                    Spot::Cie { rec: r, pos } => (&mut frame, rec(r).2.start + pos as usize % rec(r).2.len()),
+                    Spot::Anywhere { hdr: true, pos } => (&mut hdr, pos as usize),
+                    Spot::Anywhere { hdr: false, pos } => (&mut frame, pos as usize),
+                };
+                let at = at % bytes.len();
+                match op {
+                    Op::Flip(bit) => bytes[at] ^= 1 << bit,
+                    Op::Set(v) => bytes[at] = v,
+                }
+            }
+            match cut {
+                Some((true, n)) => hdr.truncate(*n as usize % (hdr.len() + 1)),
+                Some((false, n)) => frame.truncate(*n as usize % (frame.len() + 1)),
+                None => {}
+            }
+            (hdr, frame)
+        }
+        Cfi::Garbage { head, hdr, frame } => {
+            let mut h = if *head { own.hdr[..12].to_vec() } else { vec![] };
+            h.extend_from_slice(hdr);
+            (h, frame.clone())
+        }
+    }
+}
+
 /// Unwinds the snapshot (edited as `snap` says, between guard pages) with
 /// this binary's unwind information replaced by `hdr` and `frame`, and the
 /// other modules as they are.
@@ -860,6 +970,18 @@ fn a_copy_of_own_unwind_information_unwinds_like_the_original() {
         Ok(())
     })
     .unwrap();
+}
+
+#[test]
+fn mutated_and_garbage_unwind_information() {
+    let ends = run("mutated CFI", cfi_case(), cases(150), |(cfi, snap, max_depth), ends| {
+        let (hdr, frame) = edited_sections(cfi);
+        unwind_with_own_cfi(&hdr, &frame, snap, *max_depth, |u, regs, copy, end, out| {
+            ends.add(end, out.frames.len());
+            check_unwind(u, regs, copy, *max_depth, end, out, false)
+        })
+    });
+    assert!(ends.count(StackEnd::BadCfa) + ends.count(StackEnd::NoUnwindInfo) > 0, "{ends:?}");
 }
 
 // ---------------------------------------------------------------------

@@ -981,7 +981,11 @@ fn mutated_and_garbage_unwind_information() {
             check_unwind(u, regs, copy, *max_depth, end, out, false)
         })
     });
-    assert!(ends.count(StackEnd::BadCfa) + ends.count(StackEnd::NoUnwindInfo) > 0, "{ends:?}");
+    // The mutations must matter: some stacks end short of the root (a table
+    // found corrupt drops the module's CFI; the frame-pointer fallback may
+    // then still reach the root, or land on garbage).
+    let short = [StackEnd::BadCfa, StackEnd::NoUnwindInfo, StackEnd::NotExecutable];
+    assert!(short.iter().map(|&e| ends.count(e)).sum::<u32>() > 0, "{ends:?}");
 }
 
 // ---------------------------------------------------------------------

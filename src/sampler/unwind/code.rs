@@ -72,6 +72,19 @@ impl ModuleEntry {
             _ if s.eh_frame.is_some() || s.debug_frame.is_some() => Coverage::Whole,
             _ => Coverage::None,
         };
+        // A search table that points outside `.eh_frame` is corrupt, and
+        // gimli's lookups would compute offsets that overflow: the module
+        // is unwound as if it had no unwind information.
+        let cover = match cover {
+            Coverage::EhFrame { hdr, hdr_avma, frame, frame_avma }
+                if !eh_frame_table_is_sound(hdr, hdr_avma, frame, frame_avma) =>
+            {
+                let s = &mut m.sections;
+                (s.eh_frame_hdr, s.eh_frame_hdr_svma, s.eh_frame, s.eh_frame_svma) = (None, None, None, None);
+                Coverage::None
+            }
+            c => c,
+        };
         ModuleEntry { name: m.name.clone(), text: m.text.clone(), cover, _pin: m.pin.take() }
     }
 
@@ -106,6 +119,29 @@ impl ModuleEntry {
                 super::cfa_expression::step(hdr, hdr_avma, frame, frame_avma, lookup, regs, read)
             }
             _ => None,
+        }
+    }
+}
+
+/// Whether `.eh_frame_hdr` names `.eh_frame` where it is, and every entry
+/// of its search table points inside it.
+fn eh_frame_table_is_sound(hdr: ImageBytes, hdr_avma: u64, frame: ImageBytes, frame_avma: u64) -> bool {
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_avma).set_eh_frame(frame_avma);
+    let Ok(parsed) = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else { return false };
+    if parsed.eh_frame_ptr().direct().ok() != Some(frame_avma) {
+        return false;
+    }
+    let Some(table) = parsed.table() else { return true };
+    let end = frame_avma.saturating_add(frame.len() as u64);
+    let mut entries = table.iter(&bases);
+    loop {
+        match entries.next() {
+            Ok(Some((_, fde))) => match fde.direct() {
+                Ok(p) if (frame_avma..end).contains(&p) => {}
+                _ => return false,
+            },
+            Ok(None) => return true,
+            Err(_) => return false,
         }
     }
 }

@@ -91,9 +91,79 @@ impl Record {
     }
 }
 
+/// The records' memory: an anonymous mapping, zero-filled by the kernel
+/// and backed lazily, so making a pool writes nothing (a zeroed allocation
+/// of this alignment is a memset of the whole pool, 1.8 MB or more, which
+/// start() would pay for).
+struct Records {
+    ptr: std::ptr::NonNull<Record>,
+    len: usize,
+    layout: std::alloc::Layout,
+    mapped: bool,
+}
+
+// SAFETY: Records owns its memory like a Box<[Record]>; Record is Sync.
+unsafe impl Send for Records {}
+// SAFETY: as above; shared access only hands out &[Record].
+unsafe impl Sync for Records {}
+
+impl Records {
+    /// `n` records; fewer (one) if `n` of them would not fit the address
+    /// space, which the pool sizes in use are far from.
+    fn new(n: usize) -> Records {
+        let (n, layout) = match std::alloc::Layout::array::<Record>(n) {
+            Ok(l) => (n, l),
+            Err(_) => (1, std::alloc::Layout::new::<Record>()),
+        };
+        // SAFETY: a fresh private anonymous mapping of the layout's size;
+        // the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        let (p, mapped) = if p == libc::MAP_FAILED {
+            // SAFETY: the layout has a non-zero size (n >= 1).
+            (unsafe { std::alloc::alloc_zeroed(layout) } as *mut Record, false)
+        } else {
+            (p as *mut Record, true)
+        };
+        let Some(ptr) = std::ptr::NonNull::new(p) else { std::alloc::handle_alloc_error(layout) };
+        Records { ptr, len: n, layout, mapped }
+    }
+}
+
+impl std::ops::Deref for Records {
+    type Target = [Record];
+    fn deref(&self) -> &[Record] {
+        // SAFETY: `len` records, all-zero bytes (valid for Record: atomics
+        // and plain integers), owned by self for its lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        // SAFETY: the memory was obtained in `new` with this layout, by
+        // mmap or by the allocator as `mapped` says, and is not used after.
+        unsafe {
+            if self.mapped {
+                libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.layout.size());
+            } else {
+                std::alloc::dealloc(self.ptr.as_ptr() as *mut u8, self.layout);
+            }
+        }
+    }
+}
+
 /// A fixed set of records and the two lists.
 pub struct Pool {
-    records: Box<[Record]>,
+    records: Records,
     free: AtomicU64,
     done: AtomicU64,
     /// Records on the done list, for the sampler's wake-up rule.
@@ -112,11 +182,8 @@ impl Pool {
     /// A pool of `n` records, all free.
     pub fn new(n: usize) -> Box<Pool> {
         let n = n.clamp(1, NONE as usize - 1);
-        // SAFETY: a Record is an atomic integer and plain integers and
-        // arrays of them, for which all-zero bytes are valid. The zeroed
-        // allocation is mapped lazily: a record's pages are touched when a
-        // handler first fills it, not here (start() stays fast).
-        let records: Box<[Record]> = unsafe { Box::new_zeroed_slice(n).assume_init() };
+        let records = Records::new(n);
+        let n = records.len();
         for (i, r) in records.iter().enumerate() {
             r.next.store(if i + 1 < n { (i + 1) as u32 } else { NONE }, Ordering::Relaxed);
         }

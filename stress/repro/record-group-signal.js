@@ -19,6 +19,8 @@ const { ROOT, verdict } = require('./lib')
 const PROGRAM = `let n = 0
 for (const s of ['SIGINT', 'SIGTERM']) process.on(s, () => { if (++n > 1) process.exit(130); setTimeout(() => process.exit(0), 300) })
 setInterval(() => {}, 1000)
+// Some CPU first, so the profile has samples and record passes the status on.
+const end = Date.now() + 100; while (Date.now() < end);
 process.stdout.write('ready\\n')`
 
 function run(signal, toGroup) {

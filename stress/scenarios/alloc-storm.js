@@ -52,7 +52,9 @@ main(async (o, c) => {
   const ms = seconds * 1000
   const state = []
   const workers = []
-  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 1000, what: 'alloc-storm', mode: o.mode ?? 'alternate' })
+  // With the stall watcher on, its own sampling keeps timers and signals
+  // going after stop(): the quiet check does not apply.
+  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 1000, what: 'alloc-storm', mode: o.mode ?? 'alternate', quietMs: o.stalls ? 0 : 3 })
   // `stalls`: the stall watcher on for the whole scenario (stress/lib/stall-watch.js).
   const stallWatch = o.stalls ? new StallWatch(c) : null
   for (let i = 0; i < threads; i++) {

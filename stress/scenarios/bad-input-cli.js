@@ -275,8 +275,9 @@ main(async (o, c) => {
       const table = r.stdout.split(/^Threads.*\n.*\n/m)[1] || ''
       let threads = 0
       let idle = 0
-      for (const m of table.matchAll(/^\s+\d+\s+([\d,]+)\s+([\d,]+)\s/gm)) {
-        threads += int(m[1])
+      // tid, running samples and their share, idle samples, thread.
+      for (const m of table.matchAll(/^\s+\d+\s+([\d,]+)\s+[\d.]+%\s+([\d,]+)\s/gm)) {
+        threads += int(m[1]) + int(m[2])
         idle += int(m[2])
       }
       c.ok(r.code === 0 && header && threads > 0, `report of a ${what} file: ${describe(r)}`)

@@ -81,7 +81,9 @@ main(async (o, c) => {
   const maxAlive = o.maxAlive ?? 8
   const random = rng(o.seed ?? 7)
   const baseline = taskCount()
-  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 2000, what: 'thread-churn', mode: o.mode ?? 'alternate' })
+  // With the stall watcher on, its own sampling keeps timers and signals
+  // going after stop(): the quiet check does not apply.
+  const sampling = new Sampling(c, { intervalMs: 1, churnMs: o.churnMs ?? 2000, what: 'thread-churn', mode: o.mode ?? 'alternate', quietMs: o.stalls ? 0 : 3 })
   const timerWatch = setInterval(() => sampling.watchTimers(), 25)
   // `stalls`: the stall watcher on for the whole scenario (stress/lib/stall-watch.js).
   const stallWatch = o.stalls ? new StallWatch(c) : null

@@ -141,7 +141,7 @@ const SCENARIOS = [
   },
   {
     name: 'walker-fuzz',
-    what: 'proptest over walk_stack between PROT_NONE guard pages (tests/walker_fuzz.rs)',
+    what: 'proptest over walk_stack and the CFI unwinder, stacks between PROT_NONE guard pages (tests/walker_fuzz.rs, tests/unwind_fuzz.rs)',
     quick: { cases: 5000, profile: 'dev' },
     full: { cases: 400000, profile: 'release' },
     hangMs: 600000,

@@ -1,7 +1,9 @@
 'use strict'
 // Walker fuzzing: runs tests/walker_fuzz.rs (proptest over walk_stack,
 // stacks between PROT_NONE guard pages, checked against a reference
-// model) with PROPTEST_CASES cases per property: a few thousand in CI
+// model) and tests/unwind_fuzz.rs (the CFI unwinder over copied stacks,
+// real and mutated unwind information) with PROPTEST_CASES cases per
+// property: a few thousand in CI
 // (debug build, overflow checks on, reusing `cargo test`'s build),
 // hundreds of thousands in the full run (release build).
 
@@ -10,7 +12,7 @@ const { run, describe, ROOT } = require('../lib/proc')
 
 main(async (o, c) => {
   const cases = o.cases ?? 20000
-  const args = ['test', '--test', 'walker_fuzz']
+  const args = ['test', '--test', 'walker_fuzz', '--test', 'unwind_fuzz']
   if (o.profile === 'release') args.push('--release')
   args.push('--', '--nocapture', '--test-threads=2')
   const r = await run('cargo', args, {
@@ -19,8 +21,9 @@ main(async (o, c) => {
     timeoutMs: 1200000,
     note: `cargo ${args.join(' ')}`,
   })
-  const passed = /test result: ok\. (\d+) passed; 0 failed/.exec(r.stdout)
-  c.ok(r.code === 0 && passed, `cargo test --test walker_fuzz: ${describe(r)}\n${r.stdout.slice(-3000)}`)
+  const results = [...r.stdout.matchAll(/test result: (\w+)\. (\d+) passed; (\d+) failed/g)]
+  const passed = results.length === 2 && results.every((m) => m[1] === 'ok' && m[3] === '0')
+  c.ok(r.code === 0 && passed, `cargo test --test walker_fuzz --test unwind_fuzz: ${describe(r)}\n${r.stdout.slice(-3000)}`)
   let total = 0
   const lines = []
   for (const m of (r.stderr + r.stdout).matchAll(/^(.*?): (\d+) (cases|walks)(.*)$/gm)) {

@@ -463,7 +463,11 @@ impl Backend for LinuxBackend {
         for (_, tid) in due.into_iter().take(MASK_CHECKS_PER_REFRESH) {
             let was_blocking = self.threads.get(&tid).is_some_and(|t| t.blocks_signal);
             let blocks = if was_blocking {
-                self.must_not_signal(tid)
+                // Two clear checks in a row before a blocking thread is
+                // signalled again: a thread that loops on sigtimedwait
+                // reads as clear only if all three reads of one check fell
+                // between two of its waits.
+                self.must_not_signal(tid) || self.must_not_signal(tid)
             } else {
                 procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false)
             };

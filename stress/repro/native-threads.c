@@ -10,8 +10,8 @@
 //   sigwait   a thread that blocks every signal and loops on
 //             sigtimedwait(full set), counting the signals it takes
 //   idle=N    N threads that sleep for good
-//   small     a thread with a 64 KiB stack that recurses until 60 KiB are
-//             used and spins there
+//   small[=K] a thread with a 64 KiB stack that recurses until K KiB
+//             (default 60, fractions allowed) are used and spins there
 //   sort      a busy thread, as another addon's worker would be: qsort()
 //             with a comparator, in a loop (libc code without frame
 //             pointers, called back into this library)
@@ -130,10 +130,11 @@ static void *idle_thread(void *arg) {
 }
 
 // ---- small stack
+static size_t small_used = 60 * 1024;
 static unsigned long recurse(int depth, char *top) {
   volatile char pad[256];
   pad[0] = (char)depth;
-  if ((size_t)(top - (char *)pad) < 60 * 1024) return recurse(depth + 1, top) + pad[0];
+  if ((size_t)(top - (char *)pad) < small_used) return recurse(depth + 1, top) + pad[0];
   for (;;) sink = sink * 6364136223846793005ul + 1;
 }
 
@@ -198,7 +199,10 @@ __attribute__((constructor)) static void init(void) {
   if (!strcmp(what, "fiber")) start(fiber_thread, 0);
   else if (!strcmp(what, "eintr")) start(eintr_thread, 0);
   else if (!strcmp(what, "sigwait")) start(sigwait_thread, 0);
-  else if (!strcmp(what, "small")) start(small_thread, 64 * 1024);
+  else if (!strncmp(what, "small", 5)) {
+    if (what[5] == '=') small_used = (size_t)(atof(what + 6) * 1024);
+    start(small_thread, 64 * 1024);
+  }
   else if (!strcmp(what, "sort")) start(sort_thread, 0);
   else if (!strncmp(what, "idle=", 5)) {
     int n = atoi(what + 5);

@@ -26,6 +26,7 @@ const REPROS = [
   ['scale-start.js', ['2000'], ['9000'], 300],
   ['concurrent-start-stop.js', ['2'], ['10'], 120],
   ['symbolicate-fifo-module.js', [], [], 60],
+  ['small-stack.js', [], [], 300],
 ]
 
 main(async (o, c) => {

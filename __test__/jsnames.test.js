@@ -100,10 +100,24 @@ function check(node) {
   // Ground truth from V8's own profiler, where it is one: on some versions
   // (V8 11.3, Node 20) it credits interpreted functions' time to their
   // callers, against the clock by tens of points; there the clock stands.
-  const truth = cpuProfShares(node)
-  expect(truth.threads).toBe(3)
-  const v8 = among(truth.shares.main, FNS)
-  const v8Sound = FNS.every((fn) => Math.abs(v8[fn] - clock[fn]) <= 0.05)
+  // Other versions do it in some runs only (Node 19's workers: a quarter of
+  // the time on the driver, which does almost nothing), so a profile that
+  // disagrees with the clock in either group is taken again, up to 3 times.
+  // The workers run the same functions under other names.
+  const WORKER_FNS = { workerHotOptimized: 'mainHotOptimized', workerKeptInterpreted: 'mainKeptInterpreted' }
+  const sound = (shares, fns, clockOf) => {
+    const v8 = among(shares, fns)
+    return fns.every((fn) => Math.abs(v8[fn] - clock[clockOf(fn)]) <= 0.05)
+  }
+  let truth
+  let v8Sound = false
+  for (let attempt = 0; attempt < 3 && !v8Sound; attempt++) {
+    truth = cpuProfShares(node)
+    expect(truth.threads).toBe(3)
+    v8Sound =
+      sound(truth.shares.main, FNS, (fn) => fn) &&
+      sound(truth.shares.workers, Object.keys(WORKER_FNS), (fn) => WORKER_FNS[fn])
+  }
   if (!v8Sound) return { named, truth, v8Sound }
   for (const group of ['main', 'workers']) {
     const a = normalized(named.shares[group])

@@ -131,6 +131,27 @@ impl Builtins {
     }
 }
 
+/// The address ranges of the loaded modules (executable and libraries),
+/// re-read at most once a second. V8's heap, where bytecode lives, is
+/// never inside one.
+#[derive(Default)]
+struct ModuleImages {
+    ranges: Vec<(u64, u64)>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl ModuleImages {
+    fn contains(&mut self, addr: u64) -> bool {
+        if self.read_at.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
+            self.ranges = crate::platform::loaded_modules().iter().map(|m| (m.start, m.end)).collect();
+            self.ranges.sort_unstable();
+            self.read_at = Some(std::time::Instant::now());
+        }
+        let i = self.ranges.partition_point(|&(start, _)| start <= addr);
+        i > 0 && addr < self.ranges[i - 1].1
+    }
+}
+
 /// Places JavaScript frames for a session.
 #[derive(Default)]
 pub struct V8JsFrames {
@@ -147,6 +168,7 @@ pub struct V8JsFrames {
     /// JS samples checked against the code map, per thread (see
     /// `check_known`).
     checked: FxHashMap<u64, u32>,
+    modules: ModuleImages,
 }
 
 /// JS samples of each thread whose addresses are checked against the code
@@ -239,9 +261,15 @@ impl StackRewrite for V8JsFrames {
         if !c.runtime_frames.is_empty() {
             // V8's frames: compiled code and exit frames are in V8's code
             // ranges, interpreted frames are bytecode addresses (the heap).
-            self.js.extend_from_slice(c.runtime_frames);
+            // An exit frame into a C++ API callback is reported as the
+            // callback's entry point instead (in a module): that is no
+            // frame of the stack (the native walk has the callback's own
+            // frames), so it is left out.
             for &a in c.runtime_frames {
-                if !in_builtins(&ranges, a) && !ranges.code.contains(a) {
+                if in_builtins(&ranges, a) || ranges.code.contains(a) {
+                    self.js.push(a);
+                } else if !self.modules.contains(a) {
+                    self.js.push(a);
                     self.bytecodes.insert(a);
                 }
             }

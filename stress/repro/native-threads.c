@@ -32,6 +32,8 @@
 static volatile unsigned long sink;
 static long eintr_poll, eintr_select, eintr_nanosleep, eintr_usleep, early_nanosleep, waits;
 static long sigwait_taken[65];
+// How the last signal taken was sent: si_code, and si_value for SI_QUEUE.
+static long sigwait_code, sigwait_value;
 static volatile int done;
 
 static void spin_ms(int ms) {
@@ -117,7 +119,11 @@ static void *sigwait_thread(void *arg) {
     struct timespec ts = {0, 50000000};
     siginfo_t si;
     int s = sigtimedwait(&all, &si, &ts);
-    if (s > 0 && s < 65) sigwait_taken[s]++;
+    if (s > 0 && s < 65) {
+      sigwait_taken[s]++;
+      sigwait_code = si.si_code;
+      sigwait_value = (long)si.si_value.sival_ptr;
+    }
   }
   return NULL;
 }
@@ -184,6 +190,7 @@ static void report(void) {
   long taken = 0;
   for (int s = 1; s < 65; s++) taken += sigwait_taken[s];
   fprintf(f, "sigwait_taken %ld\n", taken);
+  if (taken) fprintf(f, "sigwait_code %ld\nsigwait_value %ld\n", sigwait_code, sigwait_value);
   for (int s = 1; s < 65; s++)
     if (sigwait_taken[s]) fprintf(f, "sigwait_signal_%d %ld\n", s, sigwait_taken[s]);
   fclose(f);

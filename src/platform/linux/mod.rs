@@ -25,7 +25,8 @@ pub mod procfs;
 pub mod signal;
 pub mod timers;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::sync::{Mutex, PoisonError};
 
 use crate::sampler::backend::{
     Backend, BackendCounters, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS,
@@ -40,14 +41,15 @@ use procfs::Maps;
 use signal::Bounds;
 use timers::CpuTimer;
 
-/// Listing `/proc/self/task` costs about 0.5 µs per thread (the kernel looks
+/// Listing `/proc/self/task` costs 0.5-1.5 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
-/// thread count, which is one `fstat`; a full listing still happens every
-/// so often, to catch one thread exiting while another starts: every
-/// 100 ms, or less often in a process of thousands of threads, so that
-/// listing stays near 1 % of a core.
+/// thread count, which is one `fstat`, so a thread that starts or exits is
+/// seen within a refresh; a full listing still happens every so often, to
+/// catch one thread exiting while another starts: every 100 ms, or less
+/// often in a process of hundreds of threads, so that listing stays near
+/// 0.15 % of a core.
 fn list_period_ns(threads: usize) -> u64 {
-    (threads as u64 * 50_000).clamp(100_000_000, 1_000_000_000)
+    (threads as u64 * 1_000_000).clamp(100_000_000, 1_000_000_000)
 }
 
 /// How often the signal mask of a thread that takes the signal is checked
@@ -61,6 +63,9 @@ const MASK_RECHECK_NS: u64 = 1_000_000_000;
 const BLOCKED_RECHECK_NS: u64 = 10_000_000;
 /// Mask checks of known threads per refresh, at most.
 const MASK_CHECKS_PER_REFRESH: usize = 2;
+/// Due threads per refresh whose mask check may be skipped because they
+/// have not run since the last one (a CPU clock read each), at most.
+const CPU_READS_PER_REFRESH: usize = 64;
 /// Thread names read again per full refresh, at most.
 const NAME_READS_PER_REFRESH: usize = 64;
 
@@ -75,6 +80,33 @@ const MAPS_PERIOD_NS: u64 = 20_000_000;
 /// How long `finish` waits for handlers that were already running.
 const FINISH_GRACE_NS: u64 = 1_000_000;
 
+/// Threads seen asleep in a signal wait, never signalled again. Kept
+/// across sessions; a thread is forgotten when a listing shows it gone (a
+/// thread that reuses the id of one that exited between sessions is not
+/// sampled).
+static SIGNAL_WAITERS: Mutex<Option<FxHashSet<u64>>> = Mutex::new(None);
+
+/// Whether `tid` has been seen waiting for signals; `seen` notes that it
+/// is now. Returns true when it has been.
+fn signal_waiter(tid: u64, seen: bool) -> bool {
+    let mut set = SIGNAL_WAITERS.lock().unwrap_or_else(PoisonError::into_inner);
+    let set = set.get_or_insert_with(FxHashSet::default);
+    if seen {
+        if set.len() >= 4096 {
+            set.clear();
+        }
+        set.insert(tid);
+    }
+    set.contains(&tid)
+}
+
+/// Forgets a thread that has exited.
+fn forget_signal_waiter(tid: u64) {
+    if let Some(set) = SIGNAL_WAITERS.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        set.remove(&tid);
+    }
+}
+
 struct LinuxThread {
     slot: Option<u32>,
     timer: Option<CpuTimer>,
@@ -83,6 +115,10 @@ struct LinuxThread {
     mask_due_ns: u64,
     /// The current wait before the next check of a blocking thread.
     blocked_backoff_ns: u64,
+    /// The thread's CPU time just before its last mask check. Only the
+    /// thread itself changes its mask or starts waiting for signals, so
+    /// while this has not moved, that check still holds.
+    checked_cpu_ns: Option<u64>,
 }
 
 impl LinuxThread {
@@ -244,14 +280,32 @@ impl LinuxBackend {
     /// Whether a thread must not be signalled: it blocks the signal, or
     /// waits for signals where its mask cannot be read.
     fn must_not_signal(&mut self, tid: u64) -> bool {
-        // While a thread waits in sigtimedwait its mask reads as if the
-        // signals it waits for were not blocked; looking at what it is doing
-        // before and after the mask makes a wait unnoticed only if it began
-        // and ended within these three reads.
-        let waits = |b: &mut Vec<u8>| procfs::waits_for_signals(tid, b).unwrap_or(false);
-        waits(&mut self.buf)
-            || procfs::blocks_signal(tid, self.signal, &mut self.buf).unwrap_or(true)
-            || waits(&mut self.buf)
+        // While a thread is inside sigtimedwait its mask reads as if the
+        // signals it waits for were not blocked, until it has left: also
+        // while it is runnable again but has not run yet, which on a loaded
+        // machine lasts milliseconds, and where `/proc/<tid>/syscall` only
+        // says "running". Reads of procfs cannot tell that moment from a
+        // busy thread, so a thread once seen waiting for signals is never
+        // signalled again (in any session). For others, the mask is read
+        // before and after what the thread is doing: clear only if neither
+        // read blocks the signal and the thread did not go to sleep in
+        // between (its count of voluntary sleeps did not move).
+        if signal_waiter(tid, false) {
+            return true;
+        }
+        let Some(before) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return true };
+        if before.blocks {
+            return true;
+        }
+        match procfs::syscall_state(tid, &mut self.buf) {
+            Some(procfs::SyscallState::WaitsForSignals) => return signal_waiter(tid, true),
+            None => return true,
+            Some(_) => {}
+        }
+        match procfs::signal_state(tid, self.signal, &mut self.buf) {
+            Some(after) => after.blocks || after.voluntary_switches != before.voluntary_switches,
+            None => true,
+        }
     }
 
     /// Validates the bounds handlers asked for.
@@ -394,6 +448,7 @@ impl Backend for LinuxBackend {
             let gone: Vec<u64> = self.threads.keys().filter(|t| self.tids.binary_search(t).is_err()).copied().collect();
             for tid in gone {
                 self.forget(tid);
+                forget_signal_waiter(tid);
             }
             let tids = &self.tids;
             registry.remove_missing(|tid| tids.binary_search(&tid).is_ok());
@@ -404,6 +459,7 @@ impl Backend for LinuxBackend {
                     continue;
                 }
                 let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
+                let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
                 let blocks = self.must_not_signal(tid);
                 // After `finish`, threads are only named, not sampled.
                 let slot = if self.finishing { None } else { signal::acquire(tid) };
@@ -416,6 +472,7 @@ impl Backend for LinuxBackend {
                     blocks_signal: false,
                     mask_due_ns: 0,
                     blocked_backoff_ns: BLOCKED_RECHECK_NS,
+                    checked_cpu_ns: cpu_before,
                 };
                 t.checked(blocks, now);
                 self.threads.insert(tid, t);
@@ -460,7 +517,23 @@ impl Backend for LinuxBackend {
         let mut due: Vec<(u64, u64)> =
             self.threads.iter().filter(|(_, t)| now >= t.mask_due_ns).map(|(&tid, t)| (t.mask_due_ns, tid)).collect();
         due.sort_unstable();
-        for (_, tid) in due.into_iter().take(MASK_CHECKS_PER_REFRESH) {
+        // Threads that have not run since their last check keep its result
+        // (idle threads, most of a large process) without a file read.
+        let mut to_check = Vec::with_capacity(MASK_CHECKS_PER_REFRESH);
+        for (_, tid) in due.into_iter().take(CPU_READS_PER_REFRESH) {
+            let cpu = clock_ns(timers::thread_cpu_clock(tid));
+            let Some(t) = self.threads.get_mut(&tid) else { continue };
+            if cpu.is_some() && cpu == t.checked_cpu_ns {
+                t.checked(t.blocks_signal, now);
+                continue;
+            }
+            t.checked_cpu_ns = cpu;
+            to_check.push(tid);
+            if to_check.len() == MASK_CHECKS_PER_REFRESH {
+                break;
+            }
+        }
+        for tid in to_check {
             let was_blocking = self.threads.get(&tid).is_some_and(|t| t.blocks_signal);
             let blocks = if was_blocking {
                 // Two clear checks in a row before a blocking thread is
@@ -469,7 +542,7 @@ impl Backend for LinuxBackend {
                 // between two of its waits.
                 self.must_not_signal(tid) || self.must_not_signal(tid)
             } else {
-                procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false)
+                procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false) && signal_waiter(tid, true)
             };
             if let Some(t) = self.threads.get_mut(&tid) {
                 t.checked(blocks, now);
@@ -625,6 +698,69 @@ mod tests {
         // Thread ids are below pid_max, so pid_max itself names no thread.
         let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
         assert!(clock_ns(timers::thread_cpu_clock(pid_max)).is_none(), "no such thread");
+    }
+
+    /// A thread that blocks every signal and loops on sigtimedwait with a
+    /// short timeout is seen waiting, and from then on never found clear,
+    /// even on a loaded machine (spinning threads keep it waiting for a CPU
+    /// after each timeout, with its mask still open, which procfs cannot
+    /// tell from a busy thread); a busy thread is found clear.
+    #[test]
+    fn a_thread_looping_on_sigtimedwait_is_never_found_clear() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let mut b = LinuxBackend::new().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let spin = |stop: Arc<AtomicBool>, tx: Option<std::sync::mpsc::Sender<u64>>| {
+            std::thread::spawn(move || {
+                if let Some(tx) = tx {
+                    tx.send(crate::sampler::thread_id::current()).unwrap();
+                }
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        };
+        let mut threads: Vec<_> = (0..3).map(|_| spin(stop.clone(), None)).collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        threads.push(spin(stop.clone(), Some(tx)));
+        let busy = rx.recv().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        threads.push(std::thread::spawn(move || {
+            // SAFETY: plain data; the set is filled before use.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+                tx.send(crate::sampler::thread_id::current()).unwrap();
+                while !s.load(Ordering::Relaxed) {
+                    let ts = libc::timespec { tv_sec: 0, tv_nsec: 200_000 };
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    libc::sigtimedwait(&all, &mut info, &ts);
+                }
+            }
+        }));
+        let waiter = rx.recv().unwrap();
+        let mut checks_after_seen = 0;
+        let mut clear_after_seen = 0;
+        for _ in 0..3000 {
+            let seen = signal_waiter(waiter, false);
+            let blocked = b.must_not_signal(waiter);
+            if seen {
+                checks_after_seen += 1;
+                clear_after_seen += usize::from(!blocked);
+            }
+        }
+        let busy_clear = (0..200).filter(|_| !b.must_not_signal(busy)).count();
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(checks_after_seen > 2000, "seen waiting late: {checks_after_seen} checks after");
+        assert_eq!(clear_after_seen, 0, "found clear in {clear_after_seen} of {checks_after_seen} checks");
+        assert!(busy_clear > 0, "a busy thread was never found clear");
     }
 }
 

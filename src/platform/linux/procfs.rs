@@ -112,13 +112,30 @@ pub fn thread_name(tid: u64, buf: &mut Vec<u8>) -> Option<ThreadName> {
 /// inspector I/O thread, for one) block every signal; signalling them would
 /// only leave a pending signal behind.
 pub fn blocks_signal(tid: u64, signal: i32, buf: &mut Vec<u8>) -> Option<bool> {
+    signal_state(tid, signal, buf).map(|s| s.blocks)
+}
+
+/// What `/proc/<tid>/status` says of a thread's signals, at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalState {
+    /// It blocks the signal asked about.
+    pub blocks: bool,
+    /// Times it went to sleep of its own accord so far: unchanged between
+    /// two reads, it did not start or end a wait in between.
+    pub voluntary_switches: u64,
+}
+
+pub fn signal_state(tid: u64, signal: i32, buf: &mut Vec<u8>) -> Option<SignalState> {
     if !read_small(&format!("/proc/self/task/{tid}/status"), buf) {
         return None;
     }
     let text = std::str::from_utf8(buf).ok()?;
-    let mask = text.lines().find_map(|l| l.strip_prefix("SigBlk:"))?.trim();
-    let mask = u64::from_str_radix(mask, 16).ok()?;
-    Some((1..=64).contains(&signal) && mask & (1u64 << (signal - 1)) != 0)
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let mask = u64::from_str_radix(field("SigBlk:")?, 16).ok()?;
+    Some(SignalState {
+        blocks: (1..=64).contains(&signal) && mask & (1u64 << (signal - 1)) != 0,
+        voluntary_switches: field("voluntary_ctxt_switches:")?.parse().ok()?,
+    })
 }
 
 /// Whether the thread waits in `sigtimedwait`/`sigwaitinfo` or
@@ -127,15 +144,35 @@ pub fn blocks_signal(tid: u64, signal: i32, buf: &mut Vec<u8>) -> Option<bool> {
 /// thread that blocks every signal and loops on `sigtimedwait` shows an
 /// empty mask there.
 pub fn waits_for_signals(tid: u64, buf: &mut Vec<u8>) -> Option<bool> {
+    syscall_state(tid, buf).map(|s| s == SyscallState::WaitsForSignals)
+}
+
+/// What a thread is doing, as `/proc/<tid>/syscall` tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyscallState {
+    /// Runnable: on a CPU or waiting for one, in user space or anywhere in
+    /// the kernel (a thread just woken inside `sigtimedwait` is too).
+    Running,
+    /// Asleep in `sigtimedwait`/`sigwaitinfo` or `sigsuspend`.
+    WaitsForSignals,
+    /// Asleep in another system call, or stopped outside one.
+    Other,
+}
+
+pub fn syscall_state(tid: u64, buf: &mut Vec<u8>) -> Option<SyscallState> {
     if !read_small(&format!("/proc/self/task/{tid}/syscall"), buf) {
         return None;
     }
     let text = std::str::from_utf8(buf).ok()?;
     let nr: i64 = match text.split_ascii_whitespace().next()? {
-        "running" => return Some(false),
+        "running" => return Some(SyscallState::Running),
         n => n.parse().ok()?,
     };
-    Some(nr == libc::SYS_rt_sigtimedwait || nr == libc::SYS_rt_sigsuspend)
+    Some(if nr == libc::SYS_rt_sigtimedwait || nr == libc::SYS_rt_sigsuspend {
+        SyscallState::WaitsForSignals
+    } else {
+        SyscallState::Other
+    })
 }
 
 /// One line of `/proc/self/maps`.

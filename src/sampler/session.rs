@@ -33,7 +33,7 @@ use super::error::{ErrorCode, SamplerError};
 use super::observer::{ObservedSample, Observer, SampleKind};
 use super::options::SamplerOptions;
 use super::registry::{ThreadEntry, ThreadRegistry};
-use super::stacks::StackTable;
+use super::stacks::{PathCache, StackTable};
 use super::stats::{Stats, StatsSnapshot};
 
 /// How often the thread list is refreshed at most.
@@ -143,6 +143,8 @@ struct ThreadState {
     /// yet; a requested capture is the session's only then (otherwise the
     /// observer asked for it).
     session_wants: bool,
+    /// Its last stack, for interning the next one.
+    path: PathCache,
 }
 
 /// What the idle rule decided for one thread on one tick.
@@ -166,6 +168,7 @@ impl ThreadState {
             active_ns: now_ns,
             next_check_ns: 0,
             session_wants: false,
+            path: PathCache::default(),
         }
     }
 
@@ -435,7 +438,7 @@ impl<'a> Session<'a> {
             st.last_stack.get_or_insert(u32::MAX);
             return;
         }
-        match self.stacks.intern(frames) {
+        match self.stacks.intern_cached(frames, &mut st.path) {
             Ok(stack) => {
                 st.last_stack = Some(stack);
                 let idle = c.off_cpu && self.mode == Mode::Wall;

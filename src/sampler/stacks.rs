@@ -9,11 +9,27 @@
 //! The table is bounded: once `max_nodes` nodes exist, a stack that would
 //! need new nodes is refused (the caller counts the sample as dropped).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rustc_hash::FxHashMap;
 
 /// The table has no room for this stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableFull;
+
+/// Identifies a table's contents: new for each table and each `clear`.
+static NEXT_CONTENTS: AtomicU64 = AtomicU64::new(1);
+
+/// The last stack one thread interned, root first, with its nodes.
+/// Consecutive samples of a thread share most of their frames from the
+/// root; those are matched by comparing addresses instead of being looked
+/// up again.
+#[derive(Debug, Default)]
+pub struct PathCache {
+    contents: u64,
+    addresses: Vec<u64>,
+    nodes: Vec<u32>,
+}
 
 #[derive(Debug, Default)]
 pub struct StackTable {
@@ -26,11 +42,17 @@ pub struct StackTable {
     frame_index: FxHashMap<u64, u32>,
     node_index: FxHashMap<(i32, u32), u32>,
     max_nodes: usize,
+    /// Which [`PathCache`]s are valid for this table.
+    contents: u64,
 }
 
 impl StackTable {
     pub fn new(max_nodes: usize) -> Self {
-        StackTable { max_nodes: max_nodes.min(i32::MAX as usize), ..Default::default() }
+        StackTable {
+            max_nodes: max_nodes.min(i32::MAX as usize),
+            contents: NEXT_CONTENTS.fetch_add(1, Ordering::Relaxed),
+            ..Default::default()
+        }
     }
 
     pub fn frame_count(&self) -> usize {
@@ -63,6 +85,32 @@ impl StackTable {
         Ok(parent as u32)
     }
 
+    /// Like [`StackTable::intern`], reusing the nodes of the frames the
+    /// stack shares, from the root, with the last one interned through
+    /// `cache`.
+    pub fn intern_cached(&mut self, leaf_first: &[u64], cache: &mut PathCache) -> Result<u32, TableFull> {
+        if leaf_first.is_empty() || self.contents == 0 {
+            return self.intern(leaf_first);
+        }
+        if cache.contents != self.contents {
+            cache.contents = self.contents;
+            cache.addresses.clear();
+            cache.nodes.clear();
+        }
+        let n = leaf_first.len();
+        let shared = cache.addresses.iter().zip(leaf_first.iter().rev()).take_while(|(a, b)| a == b).count();
+        cache.addresses.truncate(shared);
+        cache.nodes.truncate(shared);
+        let mut parent = cache.nodes.last().map_or(-1, |&node| node as i32);
+        for &address in leaf_first[..n - shared].iter().rev() {
+            let node = self.intern_child(parent, address)?;
+            cache.addresses.push(address);
+            cache.nodes.push(node);
+            parent = node as i32;
+        }
+        Ok(parent as u32)
+    }
+
     /// Interns one node: `address` called from node `parent` (-1 for a root).
     pub fn intern_child(&mut self, parent: i32, address: u64) -> Result<u32, TableFull> {
         let frame = self.intern_frame(address);
@@ -82,6 +130,7 @@ impl StackTable {
 
     /// Empties the table, keeping its memory for reuse.
     pub fn clear(&mut self) {
+        self.contents = NEXT_CONTENTS.fetch_add(1, Ordering::Relaxed);
         self.frame_address.clear();
         self.stack_frame.clear();
         self.stack_parent.clear();
@@ -144,6 +193,38 @@ mod tests {
         // The root node's parent is -1.
         let root = t.intern(&[1]).unwrap();
         assert_eq!(t.stack_parent[root as usize], -1);
+    }
+
+    #[test]
+    fn interning_through_a_path_cache_gives_the_same_nodes() {
+        // Two tables fed the same stacks, one through per-thread caches:
+        // every stack gets the same node, including after a clear.
+        let (mut plain, mut cached) = (StackTable::new(10_000), StackTable::new(10_000));
+        let mut caches = [PathCache::default(), PathCache::default()];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..2000 {
+            if round == 1000 {
+                plain.clear();
+                cached.clear();
+            }
+            // Root-side frames mostly shared, leaf side varied; some empty.
+            let len = next(12) as usize;
+            let stack: Vec<u64> =
+                (0..len).map(|depth| if depth + 3 < len { 100 + depth as u64 } else { next(6) }).collect();
+            let leaf_first: Vec<u64> = stack.into_iter().rev().collect();
+            let thread = next(2) as usize;
+            let a = plain.intern(&leaf_first).unwrap();
+            let b = cached.intern_cached(&leaf_first, &mut caches[thread]).unwrap();
+            assert_eq!(a, b, "round {round}: {leaf_first:?}");
+            assert_eq!(cached.addresses(b), if leaf_first.is_empty() { vec![0] } else { leaf_first.clone() });
+        }
+        assert_eq!(plain.node_count(), cached.node_count());
     }
 
     #[test]

@@ -89,7 +89,7 @@ function check(node, { learningMayLag = false } = {}) {
   // and then read it from the frames itself (crate::v8::slots). V8 10.8
   // (Node 19) names none of its bytecode handlers, so every unnamed builtin
   // frame is offered to the learner; there a run ends still learning about
-  // one time in seven (4 of 32 here), naming its frames from GetStackSample
+  // one time in eight (6 of 46 here), naming its frames from GetStackSample
   // all along, which the checks below hold to the same standard.
   expect(named.mode).toMatch(learningMayLag ? /^(learned |learning$)/ : /^learned /)
   expect(named.leafInV8).toBeGreaterThan(500)

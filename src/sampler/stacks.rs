@@ -31,7 +31,7 @@ pub struct PathCache {
     nodes: Vec<u32>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StackTable {
     /// Address of each frame.
     pub frame_address: Vec<u64>,
@@ -46,12 +46,23 @@ pub struct StackTable {
     contents: u64,
 }
 
+/// An empty table with room for nothing (`new` says how much).
+impl Default for StackTable {
+    fn default() -> Self {
+        StackTable::new(0)
+    }
+}
+
 impl StackTable {
     pub fn new(max_nodes: usize) -> Self {
         StackTable {
+            frame_address: Vec::new(),
+            stack_frame: Vec::new(),
+            stack_parent: Vec::new(),
+            frame_index: FxHashMap::default(),
+            node_index: FxHashMap::default(),
             max_nodes: max_nodes.min(i32::MAX as usize),
             contents: NEXT_CONTENTS.fetch_add(1, Ordering::Relaxed),
-            ..Default::default()
         }
     }
 
@@ -89,7 +100,7 @@ impl StackTable {
     /// stack shares, from the root, with the last one interned through
     /// `cache`.
     pub fn intern_cached(&mut self, leaf_first: &[u64], cache: &mut PathCache) -> Result<u32, TableFull> {
-        if leaf_first.is_empty() || self.contents == 0 {
+        if leaf_first.is_empty() {
             return self.intern(leaf_first);
         }
         if cache.contents != self.contents {
@@ -201,12 +212,13 @@ mod tests {
         // every stack gets the same node, including after a clear.
         let (mut plain, mut cached) = (StackTable::new(10_000), StackTable::new(10_000));
         let mut caches = [PathCache::default(), PathCache::default()];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        // A fixed xorshift sequence: the same stacks on every run.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
         };
         for round in 0..2000 {
             if round == 1000 {

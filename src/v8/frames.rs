@@ -21,7 +21,7 @@ use super::events::{code_map, V8Ranges};
 use super::merge::{is_interpreter_name, merge_stacks, AddrClass, Merged};
 use super::slots;
 use crate::sampler::backend::{CapturedStack, StackRewrite};
-use crate::sampler::unwind::StackEnd;
+use crate::sampler::unwind::{RangeSet, StackEnd};
 use crate::sampler::walker::WalkEnd;
 
 /// Ranges recorded when each JS thread registered, by tid. Read at harvest
@@ -136,19 +136,17 @@ impl Builtins {
 /// never inside one.
 #[derive(Default)]
 struct ModuleImages {
-    ranges: Vec<(u64, u64)>,
+    ranges: RangeSet,
     read_at: Option<std::time::Instant>,
 }
 
 impl ModuleImages {
     fn contains(&mut self, addr: u64) -> bool {
         if self.read_at.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
-            self.ranges = crate::platform::loaded_modules().iter().map(|m| (m.start, m.end)).collect();
-            self.ranges.sort_unstable();
+            self.ranges = RangeSet::new(crate::platform::loaded_modules().iter().map(|m| m.start..m.end).collect());
             self.read_at = Some(std::time::Instant::now());
         }
-        let i = self.ranges.partition_point(|&(start, _)| start <= addr);
-        i > 0 && addr < self.ranges[i - 1].1
+        self.ranges.contains(addr)
     }
 }
 

@@ -86,18 +86,19 @@ const FINISH_GRACE_NS: u64 = 1_000_000;
 /// sampled).
 static SIGNAL_WAITERS: Mutex<Option<FxHashSet<u64>>> = Mutex::new(None);
 
-/// Whether `tid` has been seen waiting for signals; `seen` notes that it
-/// is now. Returns true when it has been.
-fn signal_waiter(tid: u64, seen: bool) -> bool {
+/// Whether `tid` has been seen waiting for signals.
+fn is_signal_waiter(tid: u64) -> bool {
+    SIGNAL_WAITERS.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|set| set.contains(&tid))
+}
+
+/// Notes that `tid` was seen waiting for signals.
+fn note_signal_waiter(tid: u64) {
     let mut set = SIGNAL_WAITERS.lock().unwrap_or_else(PoisonError::into_inner);
     let set = set.get_or_insert_with(FxHashSet::default);
-    if seen {
-        if set.len() >= 4096 {
-            set.clear();
-        }
-        set.insert(tid);
+    if set.len() >= 4096 {
+        set.clear();
     }
-    set.contains(&tid)
+    set.insert(tid);
 }
 
 /// Forgets a thread that has exited.
@@ -290,7 +291,7 @@ impl LinuxBackend {
         // before and after what the thread is doing: clear only if neither
         // read blocks the signal and the thread did not go to sleep in
         // between (its count of voluntary sleeps did not move).
-        if signal_waiter(tid, false) {
+        if is_signal_waiter(tid) {
             return true;
         }
         let Some(before) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return true };
@@ -298,7 +299,10 @@ impl LinuxBackend {
             return true;
         }
         match procfs::syscall_state(tid, &mut self.buf) {
-            Some(procfs::SyscallState::WaitsForSignals) => return signal_waiter(tid, true),
+            Some(procfs::SyscallState::WaitsForSignals) => {
+                note_signal_waiter(tid);
+                return true;
+            }
             None => return true,
             Some(_) => {}
         }
@@ -542,7 +546,11 @@ impl Backend for LinuxBackend {
                 // between two of its waits.
                 self.must_not_signal(tid) || self.must_not_signal(tid)
             } else {
-                procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false) && signal_waiter(tid, true)
+                let waits = procfs::waits_for_signals(tid, &mut self.buf).unwrap_or(false);
+                if waits {
+                    note_signal_waiter(tid);
+                }
+                waits
             };
             if let Some(t) = self.threads.get_mut(&tid) {
                 t.checked(blocks, now);
@@ -746,7 +754,7 @@ mod tests {
         let mut checks_after_seen = 0;
         let mut clear_after_seen = 0;
         for _ in 0..3000 {
-            let seen = signal_waiter(waiter, false);
+            let seen = is_signal_waiter(waiter);
             let blocked = b.must_not_signal(waiter);
             if seen {
                 checks_after_seen += 1;

@@ -2,7 +2,7 @@
 //! which port rights that leaves to release.
 
 use super::exit_log::ExitLog;
-use super::thread_table::ThreadTable;
+use super::thread_table::{Added, ThreadTable};
 use crate::sampler::registry::ThreadEntry;
 use crate::sampler::walker::StackBounds;
 
@@ -41,11 +41,9 @@ pub fn apply_hook_event(table: &ThreadTable, exits: &ExitLog, event: HookEvent) 
     match event {
         HookEvent::Start(entry) => {
             let port = entry.handle as u32;
-            if table.contains(entry.tid) {
-                return HookOutcome::AlreadyTracked { release: port };
-            }
             match table.try_add(entry) {
-                Ok(()) => HookOutcome::Added,
+                Ok(Added::New) => HookOutcome::Added,
+                Ok(Added::AlreadyTracked) => HookOutcome::AlreadyTracked { release: port },
                 Err(_) => HookOutcome::Refused { release: port },
             }
         }
@@ -53,7 +51,7 @@ pub fn apply_hook_event(table: &ThreadTable, exits: &ExitLog, event: HookEvent) 
             // Log first, so a sampler that suspends this thread from now on
             // sees that its stack may be about to go.
             exits.record(tid);
-            if table.mark_removed(tid) {
+            if table.mark_removed(tid, port as u64) {
                 HookOutcome::Removed { release: port }
             } else {
                 HookOutcome::Untracked

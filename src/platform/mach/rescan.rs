@@ -1,7 +1,7 @@
 //! Merging a `task_threads` rescan into the hook's table, and bringing a
 //! session's registry up to date with it.
 
-use super::thread_table::ThreadTable;
+use super::thread_table::{Added, ThreadTable};
 use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
 
 /// A thread `task_threads` returned: its port (a send right we now own) and
@@ -40,15 +40,17 @@ pub fn merge_rescan(
 ) -> usize {
     let mut added = 0;
     for f in found {
-        if f.tid == 0 || table.contains(f.tid) {
+        // `describe` may take libpthread's lock: skip it for known threads.
+        // The hook can still add this thread before `add` does; then `add`
+        // leaves the hook's entry, and this right is released.
+        if f.tid == 0 || table.contains(f.tid) || table.add(describe(f)) == Added::AlreadyTracked {
             release(f.port);
         } else {
-            table.add(describe(f));
             added += 1;
         }
     }
     for e in tracked_before {
-        if !found.iter().any(|f| f.tid == e.tid) && table.mark_removed(e.tid) {
+        if !found.iter().any(|f| f.tid == e.tid) && table.mark_removed(e.tid, e.handle) {
             retire(e.tid, e.handle as u32);
         }
     }
@@ -69,7 +71,13 @@ pub fn sync_session(
     scratch.sort_unstable_by_key(|e| e.tid);
     let mut added = 0;
     for e in tracked {
-        if scratch.binary_search_by_key(&e.tid, |s| s.tid).is_err() {
+        let known = scratch.binary_search_by_key(&e.tid, |s| s.tid).ok().map(|i| scratch[i].handle);
+        if known.is_some_and(|h| h != e.handle) {
+            // A new thread under a reused tid (Linux reuses them; the
+            // simulated Mach passes them through): the old one has left.
+            session.mark_removed(e.tid);
+        }
+        if known != Some(e.handle) {
             let mut e = *e;
             on_new(&mut e);
             session.add(e);
@@ -144,6 +152,29 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_the_hook_adds_during_the_rescan_keeps_one_right() {
+        // The thread starts between the rescan's check and its insertion:
+        // the hook's entry (and right) stays, the rescan's right goes back.
+        let reg = ThreadTable::with_capacity(8);
+        let found = [FoundThread { port: 70, tid: 7 }];
+        let mut released = Vec::new();
+        let added = merge_rescan(
+            &reg,
+            &[],
+            &found,
+            |f| {
+                assert_eq!(reg.try_add(entry(f.tid, 70)), Ok(Added::New), "the hook, racing");
+                entry(f.tid, f.port)
+            },
+            |p| released.push(p),
+            |_, _| {},
+        );
+        assert_eq!(added, 0);
+        assert_eq!(released, vec![70], "one of the two rights, not both and not neither");
+        assert_eq!(reg.len(), 1);
+    }
+
+    #[test]
     fn session_sync_adds_named_threads_and_removes_departed() {
         let session = ThreadRegistry::new();
         session.add(entry(1, 11));
@@ -161,6 +192,18 @@ mod tests {
         // Idempotent.
         assert_eq!(sync_session(&session, &tracked, &mut scratch, |_| {}), 0);
         assert_eq!(session.len(), 3);
+    }
+
+    #[test]
+    fn session_sync_replaces_a_thread_whose_tid_was_reused() {
+        let session = ThreadRegistry::new();
+        session.add(entry(1, 11));
+        let mut scratch = Vec::new();
+        let added = sync_session(&session, &[entry(1, 12)], &mut scratch, |_| {});
+        assert_eq!(added, 1);
+        let mut snap = Vec::new();
+        session.snapshot(&mut snap);
+        assert_eq!(snap.iter().map(|e| (e.tid, e.handle)).collect::<Vec<_>>(), vec![(1, 12)]);
     }
 
     #[test]

@@ -20,6 +20,16 @@ struct Inner {
     live: usize,
 }
 
+/// What [`ThreadTable::try_add`] did with an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// The table took the entry, and the right in its `handle`.
+    New,
+    /// The tid was already tracked: the table is unchanged and the caller
+    /// still owns the entry's right.
+    AlreadyTracked,
+}
+
 pub struct ThreadTable {
     locked: AtomicBool,
     inner: UnsafeCell<Inner>,
@@ -86,17 +96,20 @@ impl ThreadTable {
         Guard { table: self }
     }
 
-    /// Adds a thread, or revives it if its tid is known. Never allocates:
-    /// fails when there is no spare capacity, and sets the overflow flag.
-    pub fn try_add(&self, entry: ThreadEntry) -> Result<(), RegistryFull> {
+    /// Adds a thread, or revives it if its tid was removed. Never
+    /// allocates: fails when there is no spare capacity, and sets the
+    /// overflow flag. The check and the insertion are one step under the
+    /// lock, so of two racing adders (the hook and a rescan) exactly one
+    /// gets [`Added::New`]; the other still owns its entry's right.
+    pub fn try_add(&self, entry: ThreadEntry) -> Result<Added, RegistryFull> {
         let mut inner = self.lock();
         if let Some(i) = inner.entries.iter().position(|e| e.tid == entry.tid) {
-            let was_valid = inner.entries[i].valid;
-            inner.entries[i] = ThreadEntry { valid: true, ..entry };
-            if !was_valid {
-                inner.live += 1;
+            if inner.entries[i].valid {
+                return Ok(Added::AlreadyTracked);
             }
-            return Ok(());
+            inner.entries[i] = ThreadEntry { valid: true, ..entry };
+            inner.live += 1;
+            return Ok(Added::New);
         }
         if inner.entries.len() == inner.entries.capacity() {
             self.overflowed.store(true, Ordering::Relaxed);
@@ -104,23 +117,33 @@ impl ThreadTable {
         }
         inner.entries.push(ThreadEntry { valid: true, ..entry });
         inner.live += 1;
-        Ok(())
+        Ok(Added::New)
     }
 
-    /// Adds a thread, growing the table if needed. Not for the hook.
-    pub fn add(&self, entry: ThreadEntry) {
-        let mut inner = self.lock();
-        if inner.entries.len() == inner.entries.capacity() {
-            inner.entries.reserve(1);
+    /// As [`Self::try_add`], growing the table if needed. Not for the hook.
+    pub fn add(&self, entry: ThreadEntry) -> Added {
+        loop {
+            let mut inner = self.lock();
+            if inner.entries.len() == inner.entries.capacity() {
+                inner.entries.reserve(1);
+            }
+            drop(inner);
+            // The hook may fill the new slot between the two locks.
+            if let Ok(added) = self.try_add(entry) {
+                return added;
+            }
         }
-        drop(inner);
-        let _ = self.try_add(entry);
     }
 
-    /// Marks the thread removed; false if it was not live.
-    pub fn mark_removed(&self, tid: u64) -> bool {
+    /// Marks the thread removed if its live entry holds `handle`; false
+    /// otherwise. The handle check keeps a late removal (an exit noticed
+    /// after the fact) from removing a newer thread that got the same tid,
+    /// whose right would then never be released.
+    pub fn mark_removed(&self, tid: u64, handle: u64) -> bool {
         let mut inner = self.lock();
-        let Some(e) = inner.entries.iter_mut().find(|e| e.tid == tid && e.valid) else { return false };
+        let Some(e) = inner.entries.iter_mut().find(|e| e.tid == tid && e.handle == handle && e.valid) else {
+            return false;
+        };
         e.valid = false;
         inner.live -= 1;
         true
@@ -193,19 +216,22 @@ mod tests {
     #[test]
     fn add_remove_revive_compact() {
         let t = ThreadTable::with_capacity(2);
-        t.try_add(entry(1)).unwrap();
-        t.try_add(entry(2)).unwrap();
+        assert_eq!(t.try_add(entry(1)), Ok(Added::New));
+        assert_eq!(t.try_add(entry(2)), Ok(Added::New));
+        assert_eq!(t.try_add(entry(2)), Ok(Added::AlreadyTracked), "a live entry is never overwritten");
         assert_eq!(t.try_add(entry(3)), Err(RegistryFull), "never grows in try_add");
         assert!(t.ensure_headroom(4), "the refusal is reported once");
         assert!(!t.ensure_headroom(4));
-        assert!(t.mark_removed(1));
-        assert!(!t.mark_removed(1));
+        assert!(!t.mark_removed(1, 999), "another thread's handle under a reused tid");
+        assert!(t.mark_removed(1, 101));
+        assert!(!t.mark_removed(1, 101));
         assert!(!t.contains(1) && t.contains(2));
-        t.try_add(entry(1)).unwrap();
+        assert_eq!(t.try_add(entry(1)), Ok(Added::New));
         assert_eq!(t.len(), 2, "revived in place");
-        t.mark_removed(2);
+        t.mark_removed(2, 102);
         assert_eq!(t.compact(), 1);
-        t.add(entry(9));
+        assert_eq!(t.add(entry(9)), Added::New);
+        assert_eq!(t.add(entry(9)), Added::AlreadyTracked);
         let mut snap = Vec::new();
         t.snapshot(&mut snap);
         assert_eq!(snap.iter().map(|e| e.tid).collect::<Vec<_>>(), vec![1, 9]);
@@ -224,7 +250,7 @@ mod tests {
                         let tid = w * 10_000 + i + 1;
                         t.try_add(entry(tid)).unwrap();
                         if i % 2 == 0 {
-                            assert!(t.mark_removed(tid));
+                            assert!(t.mark_removed(tid, tid + 100));
                         }
                     }
                 })

@@ -455,7 +455,7 @@ impl Backend for MachBackend {
         }
         // 2. Threads the last ticks found gone without an exit event.
         for &(tid, port) in &self.gone {
-            if table.mark_removed(tid) {
+            if table.mark_removed(tid, port as u64) {
                 hook::release(port);
             }
         }

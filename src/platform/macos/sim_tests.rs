@@ -490,7 +490,11 @@ fn suspending_a_blocked_thread_costs_it_no_cpu_time() {
     threads::deallocate(t.port);
     tx.send(()).unwrap();
     h.join().unwrap();
-    assert_eq!(after, before, "200 suspensions charged {} ns", after - before);
+    // The simulation subtracts each park's cost from a calibrated estimate
+    // (5-7 µs a park); on a shared VM a few parks overrun it. Charging the
+    // parks would cost 1 ms or more; a few µs of estimation error is not that.
+    let charged = after.saturating_sub(before);
+    assert!(charged <= 100_000, "200 suspensions charged {charged} ns");
 }
 
 #[test]
@@ -523,7 +527,7 @@ fn a_thread_with_unknown_stack_bounds_is_sampled_pc_only() {
     let mut entries = Vec::new();
     hook::registry().snapshot(&mut entries);
     let entry = entries.iter().find(|e| e.tid == tid).copied().unwrap();
-    assert!(hook::registry().mark_removed(tid));
+    assert!(hook::registry().mark_removed(tid, entry.handle));
     hook::release(entry.handle as u32);
     faults::inject(Call::PthreadFromPort, 0, u32::MAX);
     let backend = MachBackend::new().unwrap();

@@ -160,6 +160,15 @@ pub trait Backend: Send {
     /// interrupted; the caller loops.
     fn sleep_until(&self, deadline_ns: u64);
 
+    /// A function any thread may call to end the sampler thread's current
+    /// or next `sleep_until` early (a wake-up that comes between two sleeps
+    /// is not lost). With one, the loop sleeps until its next deadline,
+    /// however far, and `stop()` calls it; without, sleeps are capped so
+    /// that `stop()` is noticed.
+    fn stop_waker(&self) -> Option<fn()> {
+        None
+    }
+
     /// Brings `registry` up to date. `full` asks for a complete refresh
     /// (thread names included); otherwise a cheap one may do.
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool);

@@ -40,7 +40,8 @@ use super::stats::{Stats, StatsSnapshot};
 pub const REFRESH_PERIOD_NS: u64 = 20_000_000;
 /// How often names are re-read (threads rename themselves after start).
 pub const FULL_REFRESH_PERIOD_NS: u64 = 1_000_000_000;
-/// Longest single sleep, so `stop()` is served promptly at long intervals.
+/// Longest single sleep, so `stop()` is served promptly at long intervals,
+/// where the backend has no [`Backend::stop_waker`].
 pub const MAX_SLEEP_NS: u64 = 20_000_000;
 /// Idle for this long makes a thread long-idle (see `ThreadState::is_long_idle`).
 pub const LONG_IDLE_NS: u64 = 100_000_000;
@@ -49,11 +50,16 @@ pub const LONG_IDLE_CHECK_NS: u64 = 50_000_000;
 /// How long `stop()` waits for captures still in flight.
 pub const FINISH_TIMEOUT_NS: u64 = 50_000_000;
 
-/// How often the loop wakes in CPU mode with timers, for an interval: often
-/// enough that captures do not pile up (handlers also wake it when many
-/// wait), rarely enough to cost next to nothing.
+/// How often the loop wakes in CPU mode with timers, for an interval. Each
+/// wake costs the sampler tens of µs of CPU (mostly the context switch), so
+/// it wakes every 20 intervals, but at least every 20 ms: new threads are
+/// found at these wakes, and a new worker's JavaScript is named only from
+/// its first sample on (see `crate::v8::discover`), so waking less often
+/// leaves more of a worker's early code unnamed. The backend holds two
+/// periods' worth of captures, and handlers wake the loop early when one
+/// period's worth is waiting.
 pub fn timer_drain_period(interval_ns: u64) -> u64 {
-    interval_ns.saturating_mul(8).clamp(10_000_000, 50_000_000)
+    interval_ns.saturating_mul(20).clamp(10_000_000, 20_000_000)
 }
 
 /// State shared between the sampler thread and the rest of the process.
@@ -498,6 +504,7 @@ pub fn run<B: Backend>(
         backend.start_cpu_timers(options.interval_ns);
     }
     let period = if timers { timer_drain_period(options.interval_ns) } else { options.interval_ns };
+    let can_wake = backend.stop_waker().is_some();
     let mut schedule = Schedule::new(start_ns, period);
     let sampling_ends = options.duration_ns.map(|d| start_ns.saturating_add(d));
     // The duration is over but an observer is served until stop().
@@ -533,7 +540,7 @@ pub fn run<B: Backend>(
         };
         let due = due.min(observer_due);
         if now < due {
-            backend.sleep_until(due.min(now + MAX_SLEEP_NS));
+            backend.sleep_until(if can_wake { due } else { due.min(now + MAX_SLEEP_NS) });
             // Woken early by captures piling up (timers): drain them now.
             if timers && backend.now_ns() < due {
                 backend.collect(&mut |c| session.on_capture(c, false));
@@ -702,6 +709,8 @@ pub fn run<B: Backend>(
 /// A running sampler thread.
 pub struct RunningSampler {
     stop: Sender<()>,
+    /// Ends the sampler's sleep early (see [`Backend::stop_waker`]).
+    wake: Option<fn()>,
     handle: JoinHandle<Recording>,
     pub options: SamplerOptions,
 }
@@ -719,6 +728,7 @@ impl RunningSampler {
         shared.stats.reset();
         shared.native_unwinding.store(options.native_unwinding, Relaxed);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+        let wake = backend.stop_waker();
         // The sampler waits until this thread has its signal mask back (it
         // blocks every signal while it creates the thread), so the first
         // look at the threads' masks does not see this one blocking.
@@ -732,13 +742,16 @@ impl RunningSampler {
         let handle = with_signals_blocked(spawn)
             .map_err(|e| SamplerError::new(ErrorCode::NoMem, format!("cannot create the sampler thread: {e}")))?;
         let _ = go_tx.send(());
-        Ok(RunningSampler { stop: stop_tx, handle, options })
+        Ok(RunningSampler { stop: stop_tx, wake, handle, options })
     }
 
     /// Stops the thread and returns the recording. Every thread the backend
     /// stopped has been resumed when this returns.
     pub fn stop(self) -> Recording {
         let _ = self.stop.send(());
+        if let Some(wake) = self.wake {
+            wake();
+        }
         match self.handle.join() {
             Ok(rec) => rec,
             // The loop does not panic; if it ever did, resume the panic here

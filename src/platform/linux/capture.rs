@@ -19,6 +19,9 @@ use crate::sampler::unwind::TailRecord;
 
 /// Bytes of stack copied per sample, at most.
 pub const COPY_BYTES: usize = 48 * 1024;
+/// Bytes of each record's stack copy mapped in before use: enough for most
+/// stacks (a busy Node thread's live stack is a few KiB).
+pub const POPULATED_COPY_BYTES: usize = 16 * 1024;
 /// Frame records kept above a copy that was cut.
 pub const TAIL_RECORDS: usize = 256;
 /// Frames V8's `GetStackSample` may report.
@@ -195,20 +198,30 @@ impl Pool {
         })
     }
 
-    /// Maps the records' pages in now (off the caller's path: the sampler
-    /// thread calls this), so that handlers do not take page faults on
-    /// first use. The contents are not touched: records in use meanwhile
-    /// are unaffected. Best effort (MADV_POPULATE_WRITE is Linux 5.14+).
+    /// Maps the pages handlers write on every sample in now (off the
+    /// caller's path: the sampler thread calls this), so that they take no
+    /// page faults on first use: each record but the part of its stack copy
+    /// beyond [`POPULATED_COPY_BYTES`], which only deeper stacks reach (and
+    /// fault in once). The contents are not touched: records in use
+    /// meanwhile are unaffected. Best effort (MADV_POPULATE_WRITE is Linux
+    /// 5.14+).
     pub fn populate(&self) {
         const MADV_POPULATE_WRITE: libc::c_int = 23;
-        let start = self.records.as_ptr() as usize;
         let page = 4096;
-        let lo = start & !(page - 1);
-        let hi = start + std::mem::size_of_val(&*self.records);
-        // SAFETY: the range covers only this pool's own allocation (rounded
-        // out to pages that contain it); MADV_POPULATE_WRITE only faults
-        // pages in, without changing their contents.
-        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
+        let populate = |lo: usize, hi: usize| {
+            let lo = lo & !(page - 1);
+            // SAFETY: the range lies inside this pool's own allocation
+            // (rounded out to the pages that contain it); the call only
+            // faults pages in, without changing their contents.
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
+        };
+        let stack_at = std::mem::offset_of!(RecordData, stack);
+        let tail_at = std::mem::offset_of!(RecordData, tail);
+        for r in self.records.iter() {
+            let data = r.data.get() as usize;
+            populate(r as *const Record as usize, data + stack_at + POPULATED_COPY_BYTES);
+            populate(data + tail_at, r as *const Record as usize + std::mem::size_of::<Record>());
+        }
     }
 
     pub fn len(&self) -> usize {

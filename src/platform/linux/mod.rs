@@ -45,11 +45,12 @@ use timers::CpuTimer;
 /// up a dentry for each). Between listings, a refresh only compares the
 /// thread count, which is one `fstat`, so a thread that starts or exits is
 /// seen within a refresh; a full listing still happens every so often, to
-/// catch one thread exiting while another starts: every 100 ms, or less
-/// often in a process of hundreds of threads, so that listing stays near
-/// 0.15 % of a core.
+/// catch one thread exiting while another starts within one refresh:
+/// every 100 ms in a process of up to 25 threads, less often in larger ones
+/// (4 ms per thread, at least once a second), so that listing stays near
+/// 0.04 % of a core.
 fn list_period_ns(threads: usize) -> u64 {
-    (threads as u64 * 1_000_000).clamp(100_000_000, 1_000_000_000)
+    (threads as u64 * 4_000_000).clamp(100_000_000, 1_000_000_000)
 }
 
 /// How often the signal mask of a thread that takes the signal is checked
@@ -66,7 +67,7 @@ const MASK_CHECKS_PER_REFRESH: usize = 2;
 /// Due threads per refresh whose mask check may be skipped because they
 /// have not run since the last one (a CPU clock read each), at most.
 const CPU_READS_PER_REFRESH: usize = 64;
-/// Thread names read again per full refresh, at most.
+/// Thread names read again per full refresh, at most (a file each, 5-10 µs).
 const NAME_READS_PER_REFRESH: usize = 64;
 
 /// Serving a sampling signal costs an idle thread 5-25 µs of CPU time on the
@@ -120,6 +121,11 @@ struct LinuxThread {
     /// thread itself changes its mask or starts waiting for signals, so
     /// while this has not moved, that check still holds.
     checked_cpu_ns: Option<u64>,
+    /// The thread has run since its name was last read (a mask check saw
+    /// its CPU clock move). Threads name themselves, so one that has not
+    /// run keeps its name; one that another thread renames is caught by
+    /// the final read at `finish`.
+    name_stale: bool,
 }
 
 impl LinuxThread {
@@ -145,6 +151,12 @@ pub struct LinuxBackend {
     listed_ns: u64,
     buf: Vec<u8>,
     pool: &'static Pool,
+    /// This session has mapped the pool's pages in (see `Pool::populate`):
+    /// before the first signal, once the mode has chosen the pool.
+    pool_populated: bool,
+    /// `signal::WAKE` as of the last return from `sleep_until`: a wake-up
+    /// after that (a handler's, or `stop()`'s) ends the next sleep at once.
+    wake_seen: std::cell::Cell<u32>,
     /// CPU mode: the timers' interval.
     timer_interval_ns: Option<u64>,
     cfg: CaptureConfig,
@@ -179,10 +191,17 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
-/// Capture records for a machine with `cpus` CPUs: enough for every CPU to
-/// be sampled several times between two drains of the pool.
-fn pool_size(cpus: usize) -> usize {
-    (cpus * 16).clamp(32, 512)
+/// Capture records for a machine with `cpus` CPUs, `per_cpu` each: enough
+/// for every CPU to be sampled several times (wall mode: 16) or for two
+/// drain periods (CPU mode) between two drains of the pool.
+fn pool_size(cpus: usize, per_cpu: usize) -> usize {
+    cpus.saturating_mul(per_cpu).clamp(32, 512)
+}
+
+/// Records per CPU in CPU mode: two drain periods' worth of samples.
+fn timer_records_per_cpu(interval_ns: u64) -> usize {
+    let period = crate::sampler::session::timer_drain_period(interval_ns);
+    (2 * period / interval_ns.max(1)).max(16) as usize
 }
 
 fn cpu_count() -> usize {
@@ -192,7 +211,7 @@ fn cpu_count() -> usize {
 impl LinuxBackend {
     pub fn new() -> Result<Self, SamplerError> {
         let signal = signal::install()?;
-        let pool = capture::ensure_pool(pool_size(cpu_count()));
+        let pool = capture::ensure_pool(pool_size(cpu_count(), 16));
         signal::set_wake_threshold((pool.len() / 4) as u32);
         let tasks = procfs::TaskList::open().map_err(|e| {
             SamplerError::new(ErrorCode::NotSup, format!("cannot list threads in /proc/self/task: {e}"))
@@ -206,6 +225,8 @@ impl LinuxBackend {
             listed_ns: 0,
             buf: Vec::with_capacity(4096),
             pool,
+            pool_populated: false,
+            wake_seen: std::cell::Cell::new(signal::WAKE.load(std::sync::atomic::Ordering::Acquire)),
             timer_interval_ns: None,
             cfg: CaptureConfig { max_depth: crate::sampler::options::MAX_STACK_DEPTH_DEFAULT, native_unwinding: true },
             unwinder: None,
@@ -221,6 +242,14 @@ impl LinuxBackend {
             finishing: false,
             frame_pointer_code: Vec::new(),
         })
+    }
+
+    /// Maps the pool's pages in, once per session, on the sampler thread.
+    fn populate_pool(&mut self) {
+        if !self.pool_populated {
+            self.pool.populate();
+            self.pool_populated = true;
+        }
     }
 
     /// The unwinder, built on first use (on the sampler thread).
@@ -415,7 +444,6 @@ impl LinuxBackend {
 
 impl Backend for LinuxBackend {
     fn prepare_sampler_thread(&mut self) {
-        self.pool.populate();
         // The default 50 µs timer slack would smear 1 kHz deadlines.
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
@@ -437,7 +465,12 @@ impl Backend for LinuxBackend {
     }
 
     fn sleep_until(&self, deadline_ns: u64) {
-        signal::sleep_until(deadline_ns, signal::WAKE.load(std::sync::atomic::Ordering::Acquire));
+        signal::sleep_until(deadline_ns, self.wake_seen.get());
+        self.wake_seen.set(signal::WAKE.load(std::sync::atomic::Ordering::Acquire));
+    }
+
+    fn stop_waker(&self) -> Option<fn()> {
+        Some(signal::wake_sampler)
     }
 
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
@@ -477,6 +510,7 @@ impl Backend for LinuxBackend {
                     mask_due_ns: 0,
                     blocked_backoff_ns: BLOCKED_RECHECK_NS,
                     checked_cpu_ns: cpu_before,
+                    name_stale: false,
                 };
                 t.checked(blocks, now);
                 self.threads.insert(tid, t);
@@ -494,14 +528,19 @@ impl Backend for LinuxBackend {
             // Threads rename themselves after they start. Names are read
             // again a few dozen a refresh, round robin (each read is a
             // file), and all of them at the end of a session.
+            // Only threads that have run since their last read.
             let budget = if self.finishing { usize::MAX } else { NAME_READS_PER_REFRESH };
-            let mut tids: Vec<u64> = self.threads.keys().copied().collect();
+            let mut tids: Vec<u64> =
+                self.threads.iter().filter(|(_, t)| t.name_stale || self.finishing).map(|(&tid, _)| tid).collect();
             tids.sort_unstable();
             let from = tids.partition_point(|&t| t <= self.names_read_up_to);
             let picked: Vec<u64> = tids[from..].iter().chain(&tids[..from]).take(budget).copied().collect();
             self.names_read_up_to = picked.last().copied().unwrap_or(0);
             let mut names = Vec::with_capacity(picked.len());
             for tid in picked {
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.name_stale = false;
+                }
                 if let Some(n) = procfs::thread_name(tid, &mut self.buf) {
                     names.push((tid, n));
                 }
@@ -532,6 +571,7 @@ impl Backend for LinuxBackend {
                 continue;
             }
             t.checked_cpu_ns = cpu;
+            t.name_stale = true;
             to_check.push(tid);
             if to_check.len() == MASK_CHECKS_PER_REFRESH {
                 break;
@@ -596,6 +636,7 @@ impl Backend for LinuxBackend {
 
     fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
         self.cfg = cfg;
+        self.populate_pool();
         for entry in threads {
             let tid = entry.handle;
             let Some(t) = self.threads.get(&tid) else {
@@ -660,6 +701,16 @@ impl Backend for LinuxBackend {
 
     fn start_cpu_timers(&mut self, interval_ns: u64) {
         self.timer_interval_ns = Some(interval_ns);
+        // The loop drains every few tens of ms now: room for two periods.
+        // No timer exists yet, so no handler is filling the old pool.
+        let want = pool_size(cpu_count(), timer_records_per_cpu(interval_ns));
+        if self.pool.len() < want {
+            self.pool = capture::ensure_pool(want);
+            self.pool_populated = false;
+            self.done.reserve(self.pool.len());
+        }
+        self.populate_pool();
+        signal::set_wake_threshold((self.pool.len() / 2) as u32);
         let tids: Vec<u64> = self.threads.keys().copied().collect();
         for tid in tids {
             self.start_timer(tid);
@@ -706,6 +757,28 @@ mod tests {
         // Thread ids are below pid_max, so pid_max itself names no thread.
         let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
         assert!(clock_ns(timers::thread_cpu_clock(pid_max)).is_none(), "no such thread");
+    }
+
+    #[test]
+    fn cpu_mode_pool_holds_two_drain_periods() {
+        assert_eq!(timer_records_per_cpu(1_000_000), 40, "1 kHz: 20 ms drains");
+        assert_eq!(timer_records_per_cpu(250_000), 80, "4 kHz: 10 ms drains");
+        assert_eq!(timer_records_per_cpu(10_000_000), 16, "100 Hz: 20 ms drains");
+        assert_eq!(timer_records_per_cpu(1_000_000_000), 16, "never fewer than wall mode");
+        assert_eq!(pool_size(2, timer_records_per_cpu(50_000)), 512, "capped");
+        assert_eq!(pool_size(1, 16), 32, "at least 32");
+    }
+
+    /// A wake-up given before the sampler sleeps (`stop()` racing the loop)
+    /// ends that sleep at once: the loop may sleep until its next deadline.
+    #[test]
+    fn a_wake_before_the_sleep_is_not_lost() {
+        let b = LinuxBackend::new().unwrap();
+        b.sleep_until(monotonic_ns()); // sync `wake_seen` with the word
+        b.stop_waker().unwrap()();
+        let t0 = monotonic_ns();
+        b.sleep_until(t0 + 30_000_000_000);
+        assert!(monotonic_ns() - t0 < 10_000_000_000, "slept through the wake-up");
     }
 
     /// A thread that blocks every signal and loops on sigtimedwait with a

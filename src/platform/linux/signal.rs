@@ -474,7 +474,8 @@ fn frame_records_above(mut fp: u64, start: u64, end: u64, hi: u64, out: &mut [[u
     n
 }
 
-fn wake_sampler() {
+/// Ends the sampler's current or next `sleep_until` (async-signal-safe).
+pub fn wake_sampler() {
     WAKE.fetch_add(1, Ordering::Release);
     // SAFETY: a FUTEX_WAKE on a static word; async-signal-safe.
     unsafe {

@@ -113,11 +113,18 @@ function watchChildren(sessionDir) {
 function main() {
   const settings = env.readSettings(process.env)
   const { sessionDir } = settings
-  // Worker threads run preloads too. The sampler is process-wide already,
-  // and finds the workers' V8 isolates by itself; a worker only says which
-  // OS thread it is.
+  // Worker threads run preloads too. The sampler is process-wide already;
+  // a worker says which OS thread it is and registers its isolate.
   if (!isMainThread) {
     if (sessionDir) logLine(threadLog(sessionDir), { threadId: require('worker_threads').threadId, tid: osThreadId() })
+    // Loading the addon registers this worker's isolate now, before its
+    // code runs. Found from its first sample instead, code V8 optimized
+    // by then (a hot loop's on-stack replacement) would stay unnamed.
+    try {
+      require('./lib/addon.js')
+    } catch {
+      // The main thread reports a missing addon.
+    }
     return
   }
   if (sessionDir && !claim(sessionDir) && !settings.follow) return

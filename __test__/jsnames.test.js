@@ -109,9 +109,13 @@ function check(node, { learningMayLag = false } = {}) {
   // disagrees with the clock in either group is taken again, up to 3 times.
   // The workers run the same functions under other names.
   const WORKER_FNS = { workerHotOptimized: 'mainHotOptimized', workerKeptInterpreted: 'mainKeptInterpreted' }
-  const sound = (shares, fns, clockOf) => {
+  // The workers' drivers do almost nothing: a profile that gives them a
+  // fifth of the workers' time is not measuring these functions either
+  // (compared among themselves, the two can still look right).
+  const sound = (shares, fns, clockOf, driversIdle = false) => {
     const v8 = among(shares, fns)
-    return fns.every((fn) => Math.abs(v8[fn] - clock[clockOf(fn)]) <= 0.05)
+    const own = fns.reduce((a, fn) => a + (shares[fn] || 0), 0)
+    return fns.every((fn) => Math.abs(v8[fn] - clock[clockOf(fn)]) <= 0.05) && (!driversIdle || own >= 0.8)
   }
   let truth
   let v8Sound = false
@@ -120,7 +124,7 @@ function check(node, { learningMayLag = false } = {}) {
     expect(truth.threads).toBe(3)
     v8Sound =
       sound(truth.shares.main, FNS, (fn) => fn) &&
-      sound(truth.shares.workers, Object.keys(WORKER_FNS), (fn) => WORKER_FNS[fn])
+      sound(truth.shares.workers, Object.keys(WORKER_FNS), (fn) => WORKER_FNS[fn], true)
   }
   if (!v8Sound) return { named, truth, v8Sound }
   // Within 5 points of V8's profile, function by function. Both are single

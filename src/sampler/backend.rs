@@ -210,8 +210,9 @@ pub trait Backend: Send {
 
     /// CPU mode with timers: from now on, give every thread (those known
     /// and those `refresh_threads` finds) a timer of `interval_ns` of its
-    /// CPU time; captures then arrive through `collect`.
-    fn start_cpu_timers(&mut self, _interval_ns: u64) {}
+    /// CPU time; captures then arrive through `collect`, which the loop
+    /// calls every `drain_ns` (or sooner, when the backend wakes it).
+    fn start_cpu_timers(&mut self, _interval_ns: u64, _drain_ns: u64) {}
 
     /// How captures that arrive through `collect` without a `request` (CPU
     /// timers) are to be taken; set before each collection.

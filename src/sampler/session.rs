@@ -500,10 +500,10 @@ pub fn run<B: Backend>(
         max_depth: options.max_stack_depth,
         native_unwinding: shared.native_unwinding.load(Relaxed),
     });
-    if timers {
-        backend.start_cpu_timers(options.interval_ns);
-    }
     let period = if timers { timer_drain_period(options.interval_ns) } else { options.interval_ns };
+    if timers {
+        backend.start_cpu_timers(options.interval_ns, period);
+    }
     let can_wake = backend.stop_waker().is_some();
     let mut schedule = Schedule::new(start_ns, period);
     let sampling_ends = options.duration_ns.map(|d| start_ns.saturating_add(d));

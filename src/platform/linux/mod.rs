@@ -199,9 +199,8 @@ fn pool_size(cpus: usize, per_cpu: usize) -> usize {
 }
 
 /// Records per CPU in CPU mode: two drain periods' worth of samples.
-fn timer_records_per_cpu(interval_ns: u64) -> usize {
-    let period = crate::sampler::session::timer_drain_period(interval_ns);
-    (2 * period / interval_ns.max(1)).max(16) as usize
+fn timer_records_per_cpu(interval_ns: u64, drain_ns: u64) -> usize {
+    (2 * drain_ns / interval_ns.max(1)).max(16) as usize
 }
 
 fn cpu_count() -> usize {
@@ -527,8 +526,8 @@ impl Backend for LinuxBackend {
             self.taken_over |= !signal::still_installed();
             // Threads rename themselves after they start. Names are read
             // again a few dozen a refresh, round robin (each read is a
-            // file), and all of them at the end of a session.
-            // Only threads that have run since their last read.
+            // file), only for threads that have run since their last read,
+            // and all of them at the end of a session.
             let budget = if self.finishing { usize::MAX } else { NAME_READS_PER_REFRESH };
             let mut tids: Vec<u64> =
                 self.threads.iter().filter(|(_, t)| t.name_stale || self.finishing).map(|(&tid, _)| tid).collect();
@@ -699,11 +698,11 @@ impl Backend for LinuxBackend {
         self.cfg = cfg;
     }
 
-    fn start_cpu_timers(&mut self, interval_ns: u64) {
+    fn start_cpu_timers(&mut self, interval_ns: u64, drain_ns: u64) {
         self.timer_interval_ns = Some(interval_ns);
-        // The loop drains every few tens of ms now: room for two periods.
-        // No timer exists yet, so no handler is filling the old pool.
-        let want = pool_size(cpu_count(), timer_records_per_cpu(interval_ns));
+        // Room for two drain periods. No timer exists yet, so no handler
+        // is filling the old pool.
+        let want = pool_size(cpu_count(), timer_records_per_cpu(interval_ns, drain_ns));
         if self.pool.len() < want {
             self.pool = capture::ensure_pool(want);
             self.pool_populated = false;
@@ -761,11 +760,12 @@ mod tests {
 
     #[test]
     fn cpu_mode_pool_holds_two_drain_periods() {
-        assert_eq!(timer_records_per_cpu(1_000_000), 40, "1 kHz: 20 ms drains");
-        assert_eq!(timer_records_per_cpu(250_000), 80, "4 kHz: 10 ms drains");
-        assert_eq!(timer_records_per_cpu(10_000_000), 16, "100 Hz: 20 ms drains");
-        assert_eq!(timer_records_per_cpu(1_000_000_000), 16, "never fewer than wall mode");
-        assert_eq!(pool_size(2, timer_records_per_cpu(50_000)), 512, "capped");
+        use crate::sampler::session::timer_drain_period as drain;
+        assert_eq!(timer_records_per_cpu(1_000_000, drain(1_000_000)), 40, "1 kHz: 20 ms drains");
+        assert_eq!(timer_records_per_cpu(250_000, drain(250_000)), 80, "4 kHz: 10 ms drains");
+        assert_eq!(timer_records_per_cpu(10_000_000, drain(10_000_000)), 16, "100 Hz: 20 ms drains");
+        assert_eq!(timer_records_per_cpu(1_000_000_000, drain(1_000_000_000)), 16, "never fewer than wall mode");
+        assert_eq!(pool_size(2, timer_records_per_cpu(50_000, drain(50_000))), 512, "capped");
         assert_eq!(pool_size(1, 16), 32, "at least 32");
     }
 
@@ -896,7 +896,7 @@ mod capture_tests {
             std::thread::yield_now();
         }
         b.refresh_threads(&registry, true);
-        b.start_cpu_timers(1_000_000);
+        b.start_cpu_timers(1_000_000, 20_000_000);
         go.store(true, Ordering::SeqCst);
         let mut seen = Vec::new();
         let mut sink = |c: Capture<'_>| {

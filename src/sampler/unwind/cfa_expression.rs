@@ -161,9 +161,10 @@ mod tests {
     fn garbage_and_loops_end_without_panicking() {
         // DW_OP_skip -3: an endless loop, capped.
         assert_eq!(eval(&[0x2f, 0xfd, 0xff], &mut |_| Ok(0)), None);
-        for seed in 0u32..2000 {
+        // 2,000 fixed 12-byte programs, spread over the opcode space.
+        for n in 0u32..2000 {
             let bytes: Vec<u8> =
-                (0..12).map(|i| (seed.wrapping_mul(2654435761).rotate_left(i * 5) & 0xff) as u8).collect();
+                (0..12).map(|i| (n.wrapping_mul(2654435761).rotate_left(i * 5) & 0xff) as u8).collect();
             let _ = eval(&bytes, &mut |a| Ok(a ^ 0x55));
         }
     }

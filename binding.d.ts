@@ -606,6 +606,12 @@ export interface Stats {
    * r" cannot fault.
    */
   foreignStacks: number
+  /**
+   * r" Bytes of stack copied while threads were stopped (Linux): a
+   * r" copy ends at the thread's first frames, not at the top of
+   * r" its stack, once those are known.
+   */
+  stackBytesCopied: number
   /** r" Stacks cut because the copy was too short for them. */
   endedTruncatedCopy: number
   /** r" Stacks that ended in code without unwind information. */

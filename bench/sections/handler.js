@@ -17,6 +17,7 @@ function pick(r, busy) {
     p99Ns: r.stats.suspendP99Ns,
     maxNs: r.stats.maxSuspendNs,
     meanNs: r.stats.totalSuspendNs / Math.max(1, r.rows),
+    copyBytesPerSample: r.stats.stackBytesCopied / Math.max(1, r.stats.samplesCaptured),
     deliveryP50Ns: r.stats.deliveryP50Ns,
     deliveryP99Ns: r.stats.deliveryP99Ns,
     deliveryMaxNs: r.stats.deliveryMaxNs,
@@ -49,7 +50,8 @@ function run(ctx) {
 }
 
 function rows(r) {
-  const row = (what, x, target, ok) => [`handler time p50 / p99 (max): ${what}`, `${ns(x.p50Ns)} / ${ns(x.p99Ns)} (${ns(x.maxNs)})`, target, ok]
+  const copied = (x) => (x.copyBytesPerSample >= 0 ? `; ${(x.copyBytesPerSample / 1024).toFixed(1)} KiB of stack copied per sample` : '')
+  const row = (what, x, target, ok) => [`handler time p50 / p99 (max): ${what}`, `${ns(x.p50Ns)} / ${ns(x.p99Ns)} (${ns(x.maxNs)})${copied(x)}`, target, ok]
   return [
     row(`${r.withinCores.busyThreads} busy JS threads, ${r.cores} cores`, r.withinCores, '≤ 1 µs / ≤ 10 µs', verdict(r.withinCores.p50Ns <= 1000 && r.withinCores.p99Ns <= 10000)),
     row('the same, jsNames: false', r.withinCoresNoJsNames, '', ''),

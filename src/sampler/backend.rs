@@ -134,6 +134,8 @@ pub struct BackendCounters {
     pub lost: u64,
     /// Stacks read from outside their thread's known stack.
     pub foreign_stacks: u64,
+    /// Bytes of stack copied in the stopped windows.
+    pub stack_bytes_copied: u64,
     /// Another library replaced the sampling signal's handler.
     pub signal_taken_over: bool,
 }

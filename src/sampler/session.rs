@@ -671,6 +671,7 @@ pub fn run<B: Backend>(
         let counters = backend.backend_counters();
         stats.samples_lost.add(counters.lost);
         stats.foreign_stacks.add(counters.foreign_stacks);
+        stats.stack_bytes_copied.add(counters.stack_bytes_copied);
         stats.signal_taken_over.set(counters.signal_taken_over as u64);
     }
     if !stopped {

@@ -131,6 +131,7 @@ pub struct Stats {
     pub js_samples: Counter,
     pub samples_lost: Counter,
     pub foreign_stacks: Counter,
+    pub stack_bytes_copied: Counter,
     pub ended_truncated_copy: Counter,
     pub ended_no_unwind_info: Counter,
     pub ended_bad_cfa: Counter,
@@ -186,6 +187,10 @@ macro_rules! with_stats_fields {
             /// (a fiber, a WebAssembly or signal stack): read with a call that
             /// cannot fault.
             foreign_stacks,
+            /// Bytes of stack copied while threads were stopped (Linux): a
+            /// copy ends at the thread's first frames, not at the top of
+            /// its stack, once those are known.
+            stack_bytes_copied,
             /// Stacks cut because the copy was too short for them.
             ended_truncated_copy,
             /// Stacks that ended in code without unwind information.
@@ -257,6 +262,7 @@ impl Stats {
             &self.js_samples,
             &self.samples_lost,
             &self.foreign_stacks,
+            &self.stack_bytes_copied,
             &self.ended_truncated_copy,
             &self.ended_no_unwind_info,
             &self.ended_bad_cfa,
@@ -315,6 +321,7 @@ impl Stats {
             js_samples: self.js_samples.get(),
             samples_lost: self.samples_lost.get(),
             foreign_stacks: self.foreign_stacks.get(),
+            stack_bytes_copied: self.stack_bytes_copied.get(),
             ended_truncated_copy: self.ended_truncated_copy.get(),
             ended_no_unwind_info: self.ended_no_unwind_info.get(),
             ended_bad_cfa: self.ended_bad_cfa.get(),

@@ -36,6 +36,9 @@ pub const FLAG_FOREIGN_STACK: u32 = 2;
 pub const FLAG_NO_COPY: u32 = 4;
 /// The thread was stopped in a system call (waiting, not running).
 pub const FLAG_IN_SYSCALL: u32 = 8;
+/// The copy ended at the thread's learned stack root (see
+/// `signal::ThreadSlot::root`), below the top of its stack.
+pub const FLAG_TO_ROOT: u32 = 16;
 
 const NONE: u32 = u32::MAX;
 

@@ -33,10 +33,10 @@ use crate::sampler::backend::{
 };
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-use crate::sampler::unwind::{StackCopy, StackEnd, Unwinder, Unwound};
+use crate::sampler::unwind::{outermost_record, StackCopy, StackEnd, Unwinder, Unwound};
 use crate::sampler::walker::{Registers, StackBounds};
 
-use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TRUNCATED};
+use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_ROOT, FLAG_TRUNCATED};
 use procfs::Maps;
 use signal::Bounds;
 use timers::CpuTimer;
@@ -80,6 +80,10 @@ const MAPS_PERIOD_NS: u64 = 20_000_000;
 
 /// How long `finish` waits for handlers that were already running.
 const FINISH_GRACE_NS: u64 = 1_000_000;
+
+/// Bytes copied above the last word a complete unwind read, when a copy
+/// ends at the thread's learned stack root.
+const ROOT_MARGIN: u64 = 64;
 
 /// Threads seen asleep in a signal wait, never signalled again. Kept
 /// across sessions; a thread is forgotten when a listing shows it gone (a
@@ -172,6 +176,10 @@ pub struct LinuxBackend {
     /// session began.
     lost_at_start: u64,
     foreign: u64,
+    /// Bytes of stack copied by handlers, for the stats, and how many
+    /// copies ended at their thread's learned root.
+    copied_bytes: u64,
+    copied_to_root: u64,
     taken_over: bool,
     /// Names are read round robin: the last tid read.
     names_read_up_to: u64,
@@ -236,6 +244,8 @@ impl LinuxBackend {
             need_bounds: Vec::new(),
             lost_at_start: signal::LOST.load(std::sync::atomic::Ordering::Relaxed),
             foreign: 0,
+            copied_bytes: 0,
+            copied_to_root: 0,
             taken_over: false,
             names_read_up_to: 0,
             finishing: false,
@@ -361,6 +371,26 @@ impl LinuxBackend {
         }
     }
 
+    /// Keeps the thread's learned stack root right: forgets it when a copy
+    /// cut there was too short, learns it from a whole copy unwound to the
+    /// root. See `signal::ThreadSlot::learn_root`.
+    fn learn_root(&self, slot: &signal::ThreadSlot, d: &capture::RecordData, copy: &StackCopy<'_>, end: StackEnd) {
+        const WHOLE: u32 = FLAG_FOREIGN_STACK | FLAG_NO_COPY | FLAG_TRUNCATED | FLAG_TO_ROOT;
+        if d.flags & FLAG_TO_ROOT != 0 {
+            if !matches!(end, StackEnd::Root | StackEnd::DepthLimit) {
+                slot.forget_root();
+            }
+        } else if end == StackEnd::Root && d.flags & WHOLE == 0 && !slot.knows_root() {
+            let highest = self.unwound.highest_read;
+            if let Some(record) = outermost_record(d.fp, copy.start, copy.end(), |a| copy.read(a)) {
+                if highest >= record {
+                    // Up to the last word read, and a little more.
+                    slot.learn_root(record, (highest + 8 - record).next_multiple_of(16) + ROOT_MARGIN);
+                }
+            }
+        }
+    }
+
     /// Unwinds one record and reports it.
     fn report(&mut self, index: u32, sink: &mut dyn FnMut(Capture<'_>)) {
         let Some(record) = self.pool.record(index) else { return };
@@ -380,10 +410,12 @@ impl LinuxBackend {
         }
         let regs = Registers { pc: d.pc, sp: d.sp, fp: d.fp, lr: d.lr };
         let copy_words = (d.copy_words as usize).min(d.stack.len());
+        self.copied_bytes += 8 * copy_words as u64;
+        self.copied_to_root += (d.flags & FLAG_TO_ROOT != 0) as u64;
         let copy = StackCopy {
             start: d.copy_start,
             words: &d.stack[..copy_words],
-            truncated: d.flags & FLAG_TRUNCATED != 0,
+            truncated: d.flags & (FLAG_TRUNCATED | FLAG_TO_ROOT) != 0,
             tail: &d.tail[..(d.tail_len as usize).min(d.tail.len())],
         };
         let max_depth = if self.cfg.native_unwinding { self.cfg.max_depth } else { 1 };
@@ -410,6 +442,7 @@ impl LinuxBackend {
         if d.pc == 0 {
             end = StackEnd::NoPc;
         }
+        self.learn_root(slot, d, &copy, end);
         // Words below each frame pointer, and the word at sp, for V8.
         self.words.clear();
         let js = crate::v8::thread_registered(tid);
@@ -725,7 +758,12 @@ impl Backend for LinuxBackend {
 
     fn backend_counters(&self) -> BackendCounters {
         let lost = signal::LOST.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(self.lost_at_start);
-        BackendCounters { lost, foreign_stacks: self.foreign, signal_taken_over: self.taken_over }
+        BackendCounters {
+            lost,
+            foreign_stacks: self.foreign,
+            stack_bytes_copied: self.copied_bytes,
+            signal_taken_over: self.taken_over,
+        }
     }
 }
 
@@ -878,7 +916,7 @@ mod capture_tests {
 
     /// Samples, in CPU mode at 1 ms, a thread that runs `deep(depth)` for
     /// 300 ms of its CPU time.
-    fn sample_deep_thread(depth: u32) -> (u64, Vec<Seen>, BackendCounters) {
+    fn sample_deep_thread(depth: u32) -> (u64, Vec<Seen>, BackendCounters, u64) {
         let mut b = LinuxBackend::new().unwrap();
         b.prepare_sampler_thread();
         let registry = ThreadRegistry::default();
@@ -911,12 +949,12 @@ mod capture_tests {
         }
         b.finish(0, &mut sink);
         worker.join().unwrap();
-        (target.load(Ordering::SeqCst), seen, b.backend_counters())
+        (target.load(Ordering::SeqCst), seen, b.backend_counters(), b.copied_to_root)
     }
 
     #[test]
     fn cpu_mode_copies_and_unwinds_a_thread_to_its_root() {
-        let (tid, seen, counters) = sample_deep_thread(12);
+        let (tid, seen, counters, to_root) = sample_deep_thread(12);
         let mine: Vec<&Seen> = seen.iter().filter(|s| s.tid == tid).collect();
         let weight: u64 = mine.iter().map(|s| s.weight as u64).sum();
         // 300 ms of CPU at 1 ms: the weights count the intervals.
@@ -931,5 +969,9 @@ mod capture_tests {
         let deep_enough = mine.iter().filter(|s| s.frames.len() >= 15).count();
         assert!(deep_enough * 10 >= mine.len() * 9, "{deep_enough} of {}", mine.len());
         assert_eq!(counters.lost, 0);
+        // After the first complete unwind, copies end at the thread's first
+        // frames instead of at its control block, and still reach the root.
+        assert!(to_root * 10 >= mine.len() as u64 * 8, "{to_root} of {} copies ended at the root", mine.len());
+        assert!(counters.stack_bytes_copied >= 64 * seen.len() as u64, "{} bytes copied", counters.stack_bytes_copied);
     }
 }

@@ -33,9 +33,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::Mutex;
 
 use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY};
-use super::capture::{FLAG_TRUNCATED, RUNTIME_FRAMES, TAIL_RECORDS};
+use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, RUNTIME_FRAMES, TAIL_RECORDS};
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
+use crate::sampler::unwind::outermost_record;
 use crate::sampler::walker::Registers;
 
 const CHUNK_SLOTS: usize = 64;
@@ -70,6 +71,14 @@ pub struct ThreadSlot {
     tcb: AtomicU64,
     /// When the pending wall-mode signal was sent.
     sent_ns: AtomicU64,
+    /// Where the thread's first frames end, learned from a complete unwind:
+    /// its outermost frame record `r` (see [`outermost_record`]) and how
+    /// many bytes above `r` unwinding to the root reads, packed as
+    /// `r << 16 | extent`; 0 while unknown. What lies between that and the
+    /// top of the stack (the thread's control block; for the main thread,
+    /// its environment and auxiliary vector) holds no frames, so a sample
+    /// whose chain reaches `r` copies only up to `r + extent`.
+    root: AtomicU64,
 }
 
 /// What the sampler knows about a slot.
@@ -103,6 +112,7 @@ impl ThreadSlot {
         // the bounds check fail (then the slow, safe path is taken), never
         // pass wrongly: lo and hi are both written before tcb is.
         self.tcb.store(0, Ordering::Release);
+        self.root.store(0, Ordering::Release);
         self.lo.store(b.lo, Ordering::Release);
         self.hi.store(b.hi, Ordering::Release);
         self.tcb.store(b.tcb, Ordering::Release);
@@ -114,6 +124,25 @@ impl ThreadSlot {
             hi: self.hi.load(Ordering::Acquire),
             tcb: self.tcb.load(Ordering::Acquire),
         }
+    }
+
+    /// Records where this thread's stack root is: its outermost frame
+    /// record, and the bytes above it that unwinding to the root reads.
+    /// Ignored when they cannot be packed.
+    pub fn learn_root(&self, record: u64, extent: u64) {
+        if record != 0 && record >> 48 == 0 && (1..=0xffff).contains(&extent) {
+            self.root.store(record << 16 | extent, Ordering::Release);
+        }
+    }
+
+    /// Whether a root has been learned since the bounds were last set.
+    pub fn knows_root(&self) -> bool {
+        self.root.load(Ordering::Acquire) != 0
+    }
+
+    /// Forgets the learned root: the next sample copies the whole stack.
+    pub fn forget_root(&self) {
+        self.root.store(0, Ordering::Release);
     }
 
     /// Marks a wall-mode signal as sent; false if one is still pending.
@@ -407,7 +436,21 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
     let start = regs.sp.saturating_sub(RED_ZONE) & !7;
     let own = known_tcb != 0 && known_tcb == tcb && lo <= start && regs.sp < hi;
     if own {
-        let end = hi.min(start.saturating_add(COPY_BYTES as u64));
+        let mut end = hi.min(start.saturating_add(COPY_BYTES as u64));
+        let root = slot.root.load(Ordering::Acquire);
+        if root != 0 {
+            let (record, extent) = (root >> 16, root & 0xffff);
+            let read = |a: u64| {
+                // SAFETY: `outermost_record` reads only aligned words of
+                // whole records inside [start, end), a part of this
+                // thread's own stack (see below).
+                Some(unsafe { (a as *const u64).read_volatile() })
+            };
+            if outermost_record(regs.fp, start, end, read) == Some(record) && record + extent < end {
+                end = record + extent;
+                d.flags |= FLAG_TO_ROOT;
+            }
+        }
         let words = ((end - start) / 8) as usize;
         // SAFETY: [start, end) lies inside [lo, hi), the stack this very
         // thread is running on (its control block is still `tcb`, at the
@@ -416,7 +459,7 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         unsafe { ptr::copy_nonoverlapping(start as *const u64, d.stack.as_mut_ptr(), words) };
         d.copy_start = start;
         d.copy_words = words as u32;
-        if end < hi {
+        if end < hi && d.flags & FLAG_TO_ROOT == 0 {
             d.flags |= FLAG_TRUNCATED;
             d.tail_len = frame_records_above(regs.fp, start, end, hi, &mut d.tail) as u32;
         }

@@ -51,9 +51,53 @@ impl<'a> StackCopy<'a> {
     }
 }
 
+/// The outermost frame record of the chain that starts at `fp`: follows
+/// saved frame pointers upwards while each record lies in `[start, limit)`,
+/// is aligned and is above the last, and returns the last such record.
+/// None when `fp` itself is not one. At most `(limit - start) / 16` steps.
+///
+/// A thread's outermost record (that of its first function that keeps a
+/// frame pointer) stays where it is for the thread's life, so the signal
+/// handler, walking the live stack, and the sampler, walking a copy of it,
+/// find the same one.
+#[inline(always)]
+pub fn outermost_record(mut fp: u64, start: u64, limit: u64, mut read: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
+    let inside = |a: u64| a >= start && a & 7 == 0 && a.checked_add(16).is_some_and(|e| e <= limit);
+    if !inside(fp) {
+        return None;
+    }
+    loop {
+        match read(fp) {
+            Some(next) if next > fp && inside(next) => fp = next,
+            _ => return Some(fp),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_outermost_record_is_the_last_one_inside_the_bounds() {
+        // Records at 0x1010 -> 0x1030 -> 0x1060, whose saved fp is 0.
+        let mut words = [0u64; 16];
+        words[2] = 0x1030;
+        words[6] = 0x1060;
+        words[12] = 0;
+        let c = StackCopy { start: 0x1000, words: &words, truncated: false, tail: &[] };
+        let walk = |fp, limit| outermost_record(fp, 0x1000, limit, |a| c.read(a));
+        assert_eq!(walk(0x1010, c.end()), Some(0x1060));
+        assert_eq!(walk(0x1030, c.end()), Some(0x1060));
+        assert_eq!(walk(0x1010, 0x1068), Some(0x1030), "a record that ends past the limit is not followed");
+        assert_eq!(walk(0x1014, c.end()), None, "unaligned");
+        assert_eq!(walk(0x0ff0, c.end()), None, "below the start");
+        // A saved fp that points down (a cycle) ends the chain.
+        let mut cyclic = words;
+        cyclic[6] = 0x1010;
+        let c = StackCopy { start: 0x1000, words: &cyclic, truncated: false, tail: &[] };
+        assert_eq!(outermost_record(0x1010, 0x1000, c.end(), |a| c.read(a)), Some(0x1030));
+    }
 
     #[test]
     fn reads_only_inside_the_copy_and_the_tail() {

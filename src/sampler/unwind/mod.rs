@@ -22,7 +22,7 @@ mod code;
 mod copy;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
-pub use copy::{StackCopy, TailRecord};
+pub use copy::{outermost_record, StackCopy, TailRecord};
 
 use std::ops::Range;
 
@@ -77,6 +77,8 @@ impl StackEnd {
 pub struct Unwound {
     pub frames: Vec<u64>,
     pub fps: Vec<u64>,
+    /// The highest stack address the unwind read a word from (0 if none).
+    pub highest_read: u64,
 }
 
 /// Unwinds copied stacks of this process. Lives on the sampler thread.
@@ -135,14 +137,33 @@ impl Unwinder {
     pub fn unwind(&mut self, regs: Registers, copy: &StackCopy<'_>, max_depth: usize, out: &mut Unwound) -> StackEnd {
         out.frames.clear();
         out.fps.clear();
+        out.highest_read = 0;
         if regs.pc == 0 {
             return StackEnd::NoPc;
         }
+        let highest = std::cell::Cell::new(0);
+        let mut read = |a: u64| {
+            let w = copy.read(a).ok_or(())?;
+            highest.set(highest.get().max(a));
+            Ok(w)
+        };
+        let end = self.steps(regs, copy, max_depth, out, &mut read);
+        out.highest_read = highest.get();
+        end
+    }
+
+    fn steps(
+        &mut self,
+        regs: Registers,
+        copy: &StackCopy<'_>,
+        max_depth: usize,
+        out: &mut Unwound,
+        mut read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> StackEnd {
         out.frames.push(regs.pc);
         out.fps.push(regs.fp);
         let mut state = arch::regs(regs, self.address_mask);
         let mut address = FrameAddress::from_instruction_pointer(regs.pc);
-        let mut read = |a: u64| copy.read(a).ok_or(());
         loop {
             if out.frames.len() >= max_depth {
                 return StackEnd::DepthLimit;

@@ -28,7 +28,8 @@ beforeAll(() => {
     path.join(tool, 'bin', 'busytool.js'),
     [
       '#!/usr/bin/env node',
-      'function busyToolCompile(ms) { const end = Date.now() + ms; let x = 0; while (Date.now() < end) x += Math.sqrt(x + 1); return x }',
+      // The clock is read once per 100,000 steps: the time is the function's own, not Date.now's.
+      'function busyToolCompile(ms) { const end = Date.now() + ms; let x = 0; while (Date.now() < end) for (let i = 0; i < 1e5; i++) x += Math.sqrt(x + i); return x }',
       'busyToolCompile(600)',
     ].join('\n'),
     { mode: 0o755 },

@@ -242,7 +242,13 @@ fn env() -> &'static Env {
     ENV.get_or_init(|| {
         let snapshot = snapshot_at_depth(SNAPSHOT_DEPTH);
         let mut u = real_unwinder();
-        let copy = StackCopy { start: snapshot.sp, words: &snapshot.words, truncated: snapshot.truncated, tail: &[] };
+        let copy = StackCopy {
+            start: snapshot.sp,
+            words: &snapshot.words,
+            truncated: snapshot.truncated,
+            tail: &[],
+            holes: &[],
+        };
         let mut out = Unwound::default();
         let regs = Registers { pc: snapshot.pc, sp: snapshot.sp, fp: snapshot.fp, lr: 0 };
         let end = u.unwind(regs, &copy, 1024, &mut out);
@@ -547,6 +553,7 @@ impl Layout {
             words: &area[self.first..self.first + self.len],
             truncated: self.truncated,
             tail: &self.tail,
+            holes: &[],
         }
     }
 }
@@ -1106,7 +1113,7 @@ const RA_ROOT: u64 = FN_ROOT.start + 0x41;
 
 fn expression_unwind(n: i64, words: &[u64], sp: u64, max_depth: usize, truncated: bool) -> (StackEnd, Unwound) {
     let mut u = expression_unwinder(n);
-    let copy = StackCopy { start: EXPR_COPY_START, words, truncated, tail: &[] };
+    let copy = StackCopy { start: EXPR_COPY_START, words, truncated, tail: &[], holes: &[] };
     let mut out = Unwound::default();
     let regs = Registers { pc: PC_EXPR, sp, fp: 0x1234_5678, lr: 0 };
     let end = u.unwind(regs, &copy, max_depth, &mut out);

@@ -48,6 +48,9 @@ pub struct CapturedStack<'a> {
     pub end: StackEnd,
     /// How long the thread was stopped.
     pub stopped_ns: u64,
+    /// Bytes of stack copied while it was (0 where the backend walks the
+    /// stack in place).
+    pub copied_bytes: u32,
     /// From request to the start of the stop, when the backend knows it.
     pub delivery_ns: Option<u64>,
     /// Sampling intervals this capture stands for: more than 1 when a CPU
@@ -134,8 +137,6 @@ pub struct BackendCounters {
     pub lost: u64,
     /// Stacks read from outside their thread's known stack.
     pub foreign_stacks: u64,
-    /// Bytes of stack copied in the stopped windows.
-    pub stack_bytes_copied: u64,
     /// Another library replaced the sampling signal's handler.
     pub signal_taken_over: bool,
 }

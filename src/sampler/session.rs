@@ -366,6 +366,7 @@ impl<'a> Session<'a> {
         let recorded = for_session && self.recording;
         if recorded {
             stats.record_suspend(c.stopped_ns);
+            stats.stack_bytes_copied.add(c.copied_bytes as u64);
             if let Some(d) = c.delivery_ns {
                 stats.delivery_hist.record(d);
             }
@@ -671,7 +672,6 @@ pub fn run<B: Backend>(
         let counters = backend.backend_counters();
         stats.samples_lost.add(counters.lost);
         stats.foreign_stacks.add(counters.foreign_stacks);
-        stats.stack_bytes_copied.add(counters.stack_bytes_copied);
         stats.signal_taken_over.set(counters.signal_taken_over as u64);
     }
     if !stopped {
@@ -898,6 +898,7 @@ mod tests {
                     frames: &self.stack,
                     end: StackEnd::Root,
                     stopped_ns: 1000,
+                    copied_bytes: 0,
                     delivery_ns: None,
                     weight: 1,
                     off_cpu: false,

@@ -340,6 +340,7 @@ mod tests {
             frames: &[0x1000, 0x2000],
             end: StackEnd::Root,
             stopped_ns: 0,
+            copied_bytes: 0,
             delivery_ns: None,
             weight: 1,
             off_cpu: false,

@@ -15,7 +15,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use crate::sampler::unwind::TailRecord;
+use crate::sampler::unwind::{Hole, TailRecord};
 
 /// Bytes of stack copied per sample, at most.
 pub const COPY_BYTES: usize = 48 * 1024;
@@ -24,6 +24,8 @@ pub const COPY_BYTES: usize = 48 * 1024;
 pub const POPULATED_COPY_BYTES: usize = 16 * 1024;
 /// Frame records kept above a copy that was cut.
 pub const TAIL_RECORDS: usize = 256;
+/// Ranges a copy may skip inside large frames.
+pub const MAX_HOLES: usize = 8;
 /// Frames V8's `GetStackSample` may report.
 pub const RUNTIME_FRAMES: usize = 128;
 
@@ -74,6 +76,9 @@ pub struct RecordData {
     pub copy_words: u32,
     pub tail_len: u32,
     pub runtime_len: u32,
+    pub hole_len: u32,
+    /// Ranges of the stack inside the copy that were not copied.
+    pub holes: [Hole; MAX_HOLES],
     pub stack: [u64; COPY_BYTES / 8],
     pub tail: [TailRecord; TAIL_RECORDS],
     pub runtime: [u64; RUNTIME_FRAMES],

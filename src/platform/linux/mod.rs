@@ -20,6 +20,7 @@
 
 pub mod capture;
 pub mod code;
+pub mod large_frames;
 pub mod modules;
 pub mod procfs;
 pub mod signal;
@@ -176,9 +177,7 @@ pub struct LinuxBackend {
     /// session began.
     lost_at_start: u64,
     foreign: u64,
-    /// Bytes of stack copied by handlers, for the stats, and how many
-    /// copies ended at their thread's learned root.
-    copied_bytes: u64,
+    /// How many copies ended at their thread's learned root.
     copied_to_root: u64,
     taken_over: bool,
     /// Names are read round robin: the last tid read.
@@ -244,7 +243,6 @@ impl LinuxBackend {
             need_bounds: Vec::new(),
             lost_at_start: signal::LOST.load(std::sync::atomic::Ordering::Relaxed),
             foreign: 0,
-            copied_bytes: 0,
             copied_to_root: 0,
             taken_over: false,
             names_read_up_to: 0,
@@ -371,18 +369,25 @@ impl LinuxBackend {
         }
     }
 
-    /// Keeps the thread's learned stack root right: forgets it when a copy
-    /// cut there was too short, learns it from a whole copy unwound to the
-    /// root. See `signal::ThreadSlot::learn_root`.
+    /// Keeps what the handler knows of the thread's stack right: copies
+    /// skip no more holes once one was needed, the root is forgotten when a
+    /// copy cut there was too short, and learned from a whole copy unwound
+    /// to the root. See `signal::ThreadSlot::learn_root`.
     fn learn_root(&self, slot: &signal::ThreadSlot, d: &capture::RecordData, copy: &StackCopy<'_>, end: StackEnd) {
         const WHOLE: u32 = FLAG_FOREIGN_STACK | FLAG_NO_COPY | FLAG_TRUNCATED | FLAG_TO_ROOT;
+        if d.flags & (FLAG_FOREIGN_STACK | FLAG_NO_COPY) == 0 {
+            large_frames::learn(&self.unwound.frames, &self.unwound.fps, |a| copy.read(a));
+        }
+        if d.hole_len > 0 && end == StackEnd::TruncatedCopy {
+            slot.copy_densely();
+        }
         if d.flags & FLAG_TO_ROOT != 0 {
             if !matches!(end, StackEnd::Root | StackEnd::DepthLimit) {
                 slot.forget_root();
             }
         } else if end == StackEnd::Root && d.flags & WHOLE == 0 && !slot.knows_root() {
             let highest = self.unwound.highest_read;
-            if let Some(record) = outermost_record(d.fp, copy.start, copy.end(), |a| copy.read(a)) {
+            if let Some(record) = outermost_record(d.fp, copy.start, copy.end(), |a| copy.read(a), |_| {}) {
                 if highest >= record {
                     // Up to the last word read, and a little more.
                     slot.learn_root(record, (highest + 8 - record).next_multiple_of(16) + ROOT_MARGIN);
@@ -410,13 +415,13 @@ impl LinuxBackend {
         }
         let regs = Registers { pc: d.pc, sp: d.sp, fp: d.fp, lr: d.lr };
         let copy_words = (d.copy_words as usize).min(d.stack.len());
-        self.copied_bytes += 8 * copy_words as u64;
         self.copied_to_root += (d.flags & FLAG_TO_ROOT != 0) as u64;
         let copy = StackCopy {
             start: d.copy_start,
             words: &d.stack[..copy_words],
             truncated: d.flags & (FLAG_TRUNCATED | FLAG_TO_ROOT) != 0,
             tail: &d.tail[..(d.tail_len as usize).min(d.tail.len())],
+            holes: &d.holes[..(d.hole_len as usize).min(d.holes.len())],
         };
         let max_depth = if self.cfg.native_unwinding { self.cfg.max_depth } else { 1 };
         let mut end = if d.flags & FLAG_NO_COPY != 0 || max_depth <= 1 {
@@ -463,6 +468,7 @@ impl LinuxBackend {
             frames: &self.unwound.frames,
             end,
             stopped_ns: d.exit_ns.saturating_sub(d.enter_ns),
+            copied_bytes: 8 * copy_words as u32,
             delivery_ns: (d.sent_ns != 0).then(|| d.enter_ns.saturating_sub(d.sent_ns)),
             weight: d.overrun.saturating_add(1),
             off_cpu: d.flags & FLAG_IN_SYSCALL != 0,
@@ -758,12 +764,7 @@ impl Backend for LinuxBackend {
 
     fn backend_counters(&self) -> BackendCounters {
         let lost = signal::LOST.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(self.lost_at_start);
-        BackendCounters {
-            lost,
-            foreign_stacks: self.foreign,
-            stack_bytes_copied: self.copied_bytes,
-            signal_taken_over: self.taken_over,
-        }
+        BackendCounters { lost, foreign_stacks: self.foreign, signal_taken_over: self.taken_over }
     }
 }
 
@@ -912,11 +913,26 @@ mod capture_tests {
         frames: Vec<u64>,
         end: StackEnd,
         weight: u32,
+        copied_bytes: u32,
+    }
+
+    /// A frame with 16 KiB of locals between two frame records, as libuv's
+    /// poll loop has, above `deep(depth)`.
+    #[inline(never)]
+    fn under_a_large_frame(depth: u32, until: u64) -> u64 {
+        let mut events = [0u8; 16384];
+        std::hint::black_box(&mut events);
+        let x = deep(depth, until);
+        std::hint::black_box(&events);
+        x
     }
 
     /// Samples, in CPU mode at 1 ms, a thread that runs `deep(depth)` for
-    /// 300 ms of its CPU time.
-    fn sample_deep_thread(depth: u32) -> (u64, Vec<Seen>, BackendCounters, u64) {
+    /// 300 ms of its CPU time, under a large frame if asked.
+    fn sample_deep_thread(depth: u32, large_frame: bool) -> (u64, Vec<Seen>, BackendCounters, u64) {
+        // The handler's pool and slots are the process's: one session at a time.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let mut b = LinuxBackend::new().unwrap();
         b.prepare_sampler_thread();
         let registry = ThreadRegistry::default();
@@ -928,7 +944,12 @@ mod capture_tests {
             while !g.load(Ordering::SeqCst) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            deep(depth, own_cpu_ns() + 300_000_000)
+            let until = own_cpu_ns() + 300_000_000;
+            if large_frame {
+                under_a_large_frame(depth, until)
+            } else {
+                deep(depth, until)
+            }
         });
         while target.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
@@ -939,7 +960,13 @@ mod capture_tests {
         let mut seen = Vec::new();
         let mut sink = |c: Capture<'_>| {
             if let Capture::Stack(s) = c {
-                seen.push(Seen { tid: s.tid, frames: s.frames.to_vec(), end: s.end, weight: s.weight });
+                seen.push(Seen {
+                    tid: s.tid,
+                    frames: s.frames.to_vec(),
+                    end: s.end,
+                    weight: s.weight,
+                    copied_bytes: s.copied_bytes,
+                });
             }
         };
         while !worker.is_finished() {
@@ -954,7 +981,7 @@ mod capture_tests {
 
     #[test]
     fn cpu_mode_copies_and_unwinds_a_thread_to_its_root() {
-        let (tid, seen, counters, to_root) = sample_deep_thread(12);
+        let (tid, seen, counters, to_root) = sample_deep_thread(12, false);
         let mine: Vec<&Seen> = seen.iter().filter(|s| s.tid == tid).collect();
         let weight: u64 = mine.iter().map(|s| s.weight as u64).sum();
         // 300 ms of CPU at 1 ms: the weights count the intervals.
@@ -972,6 +999,20 @@ mod capture_tests {
         // After the first complete unwind, copies end at the thread's first
         // frames instead of at its control block, and still reach the root.
         assert!(to_root * 10 >= mine.len() as u64 * 8, "{to_root} of {} copies ended at the root", mine.len());
-        assert!(counters.stack_bytes_copied >= 64 * seen.len() as u64, "{} bytes copied", counters.stack_bytes_copied);
+        assert!(mine.iter().all(|s| s.copied_bytes >= 64), "every capture copied the stack");
+    }
+
+    #[test]
+    fn a_large_frame_of_code_without_frame_pointers_is_copied_whole() {
+        // This test binary keeps no frame pointers: the large frame is not a
+        // known call site, so no copy may skip any of it.
+        let (tid, seen, _, _) = sample_deep_thread(12, true);
+        let mine: Vec<&Seen> = seen.iter().filter(|s| s.tid == tid).collect();
+        let weight: u64 = mine.iter().map(|s| s.weight as u64).sum();
+        assert!((240..=310).contains(&weight), "{weight} intervals in {} captures", mine.len());
+        let rooted = mine.iter().filter(|s| s.end == StackEnd::Root && s.frames.len() >= 16).count();
+        assert!(rooted * 10 >= mine.len() * 9, "{rooted} of {} reached the root through the large frame", mine.len());
+        let whole = mine.iter().filter(|s| s.copied_bytes >= 16 * 1024).count();
+        assert!(whole * 10 >= mine.len() * 9, "{whole} of {} copies hold the large frame", mine.len());
     }
 }

@@ -33,7 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::Mutex;
 
 use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY};
-use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, RUNTIME_FRAMES, TAIL_RECORDS};
+use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, MAX_HOLES, RUNTIME_FRAMES, TAIL_RECORDS};
+use super::large_frames;
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
 use crate::sampler::unwind::outermost_record;
@@ -50,6 +51,12 @@ pub const MAX_SLOTS: usize = CHUNK_SLOTS * MAX_CHUNKS;
 const RED_ZONE: u64 = 128;
 #[cfg(not(target_arch = "x86_64"))]
 const RED_ZONE: u64 = 0;
+
+/// In a large frame (see [`large_frames`]) a copy keeps this much above
+/// the callee's frame record (arguments passed on the stack)...
+const KEEP_ABOVE_RECORD: u64 = 128;
+/// ...and this much below the frame's own record (V8's frame slots).
+const KEEP_BELOW_RECORD: u64 = 128;
 
 /// One thread's registration with the handler. Cache-line aligned so
 /// handlers on different CPUs do not share lines.
@@ -79,6 +86,8 @@ pub struct ThreadSlot {
     /// its environment and auxiliary vector) holds no frames, so a sample
     /// whose chain reaches `r` copies only up to `r + extent`.
     root: AtomicU64,
+    /// Copies of this thread skip no holes: one that did failed to unwind.
+    dense: AtomicBool,
 }
 
 /// What the sampler knows about a slot.
@@ -113,6 +122,7 @@ impl ThreadSlot {
         // pass wrongly: lo and hi are both written before tcb is.
         self.tcb.store(0, Ordering::Release);
         self.root.store(0, Ordering::Release);
+        self.dense.store(false, Ordering::Release);
         self.lo.store(b.lo, Ordering::Release);
         self.hi.store(b.hi, Ordering::Release);
         self.tcb.store(b.tcb, Ordering::Release);
@@ -138,6 +148,12 @@ impl ThreadSlot {
     /// Whether a root has been learned since the bounds were last set.
     pub fn knows_root(&self) -> bool {
         self.root.load(Ordering::Acquire) != 0
+    }
+
+    /// Copies of this thread skip nothing from now on (until its bounds
+    /// are set again).
+    pub fn copy_densely(&self) {
+        self.dense.store(true, Ordering::Release);
     }
 
     /// Forgets the learned root: the next sample copies the whole stack.
@@ -429,34 +445,73 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
 
 /// Copies the live stack into `d`. Returns true when it was the thread's
 /// own, validated stack (copied directly), false otherwise.
+///
+/// On the thread's own stack the frame-pointer chain is followed first (a
+/// few dozen loads): it shows where the copy can end (at the thread's
+/// learned root, see [`ThreadSlot::learn_root`]) and which large frames it
+/// can skip the middle of: those whose call site a complete unwind showed
+/// to hold only the caller's locals ([`large_frames`]; libuv's poll loop
+/// keeps a 12 KiB event array there). A hole the unwinder turns out to
+/// need ends that stack as a truncated copy, and the thread's copies skip
+/// nothing afterwards.
 #[inline(always)]
 fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData) -> bool {
     let (lo, hi, known_tcb) =
         (slot.lo.load(Ordering::Acquire), slot.hi.load(Ordering::Acquire), slot.tcb.load(Ordering::Acquire));
     let start = regs.sp.saturating_sub(RED_ZONE) & !7;
     let own = known_tcb != 0 && known_tcb == tcb && lo <= start && regs.sp < hi;
+    d.hole_len = 0;
     if own {
         let mut end = hi.min(start.saturating_add(COPY_BYTES as u64));
         let root = slot.root.load(Ordering::Acquire);
+        let dense = slot.dense.load(Ordering::Acquire);
+        let (mut holes, mut below) = (0usize, 0u64);
+        let read = |a: u64| {
+            // SAFETY: `outermost_record` reads only aligned words of whole
+            // records inside [start, end), a part of this thread's own
+            // stack (see below).
+            Some(unsafe { (a as *const u64).read_volatile() })
+        };
+        let visit = |record: u64| {
+            if below != 0 && !dense && holes < MAX_HOLES && record - below >= large_frames::MIN_SPAN {
+                // SAFETY: `below` is a record `outermost_record` accepted:
+                // 16 aligned bytes inside [start, end) (see below).
+                let ra = unsafe { ((below + 8) as *const u64).read_volatile() };
+                if large_frames::contains(ra) {
+                    d.holes[holes] = [below + 16 + KEEP_ABOVE_RECORD, record - KEEP_BELOW_RECORD];
+                    holes += 1;
+                }
+            }
+            below = record;
+        };
+        let outermost = outermost_record(regs.fp, start, end, read, visit);
         if root != 0 {
             let (record, extent) = (root >> 16, root & 0xffff);
-            let read = |a: u64| {
-                // SAFETY: `outermost_record` reads only aligned words of
-                // whole records inside [start, end), a part of this
-                // thread's own stack (see below).
-                Some(unsafe { (a as *const u64).read_volatile() })
-            };
-            if outermost_record(regs.fp, start, end, read) == Some(record) && record + extent < end {
+            if outermost == Some(record) && record + extent < end {
                 end = record + extent;
                 d.flags |= FLAG_TO_ROOT;
             }
         }
-        let words = ((end - start) / 8) as usize;
-        // SAFETY: [start, end) lies inside [lo, hi), the stack this very
-        // thread is running on (its control block is still `tcb`, at the
-        // top of that stack block), so every byte is mapped and readable;
-        // the destination is the record this handler owns.
-        unsafe { ptr::copy_nonoverlapping(start as *const u64, d.stack.as_mut_ptr(), words) };
+        // The holes lie between records of the chain, inside [start, end),
+        // ascending and 8-aligned (records are).
+        let mut words = 0usize;
+        let mut from = start;
+        for i in 0..=holes {
+            let to = if i < holes { d.holes[i][0] } else { end };
+            let n = ((to - from) / 8) as usize;
+            // SAFETY: [from, to) lies inside [lo, hi), the stack this very
+            // thread is running on (its control block is still `tcb`, at
+            // the top of that stack block), so every byte is mapped and
+            // readable; the destination is the record this handler owns,
+            // and the segments together are at most `end - start` bytes,
+            // which fit its buffer.
+            unsafe { ptr::copy_nonoverlapping(from as *const u64, d.stack.as_mut_ptr().add(words), n) };
+            words += n;
+            if i < holes {
+                from = d.holes[i][1];
+            }
+        }
+        d.hole_len = holes as u32;
         d.copy_start = start;
         d.copy_words = words as u32;
         if end < hi && d.flags & FLAG_TO_ROOT == 0 {

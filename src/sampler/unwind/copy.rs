@@ -1,6 +1,7 @@
 //! A stopped thread's stack as it was copied in the stopped window: the
-//! words from the copy's start up, and, for a stack deeper than the copy,
-//! the frame records found above it by following frame pointers.
+//! words from the copy's start up, less the holes the copier skipped, and,
+//! for a stack deeper than the copy, the frame records found above it by
+//! following frame pointers.
 //!
 //! Every read the unwinder makes goes through [`StackCopy::read`], which
 //! answers only from those bytes: unwinding a copy can never touch the
@@ -11,6 +12,10 @@
 /// after it.
 pub type TailRecord = [u64; 3];
 
+/// A range `[lo, hi)` inside the copy that was not copied: the middle of a
+/// large frame (an I/O buffer, say) between two frame records.
+pub type Hole = [u64; 2];
+
 #[derive(Clone, Copy, Debug)]
 pub struct StackCopy<'a> {
     /// The address `words[0]` was copied from (8-byte aligned).
@@ -20,14 +25,28 @@ pub struct StackCopy<'a> {
     pub truncated: bool,
     /// Frame records above the copy, by ascending address.
     pub tail: &'a [TailRecord],
+    /// Ranges skipped inside the copy, by ascending address, aligned: the
+    /// words after a hole follow the words before it in `words`.
+    pub holes: &'a [Hole],
 }
 
 impl<'a> StackCopy<'a> {
-    pub const EMPTY: StackCopy<'static> = StackCopy { start: 0, words: &[], truncated: false, tail: &[] };
+    pub const EMPTY: StackCopy<'static> = StackCopy { start: 0, words: &[], truncated: false, tail: &[], holes: &[] };
+
+    /// A copy without holes or tail.
+    pub fn whole(start: u64, words: &'a [u64]) -> Self {
+        StackCopy { start, words, truncated: false, tail: &[], holes: &[] }
+    }
 
     /// The first address past the copied words.
     pub fn end(&self) -> u64 {
-        self.start.saturating_add(8 * self.words.len() as u64)
+        let skipped: u64 = self.holes.iter().map(|h| h[1].saturating_sub(h[0])).sum();
+        self.start.saturating_add(8 * self.words.len() as u64).saturating_add(skipped)
+    }
+
+    /// Whether `addr` lies in a range the copier skipped.
+    pub fn in_hole(&self, addr: u64) -> bool {
+        self.holes.iter().any(|h| (h[0]..h[1]).contains(&addr))
     }
 
     /// The word at `addr`, if the copy has it: an aligned word inside the
@@ -36,7 +55,16 @@ impl<'a> StackCopy<'a> {
         if addr & 7 != 0 {
             return None;
         }
-        if let Some(off) = addr.checked_sub(self.start) {
+        if let Some(mut off) = addr.checked_sub(self.start) {
+            for h in self.holes {
+                if addr >= h[1] {
+                    off = off.saturating_sub(h[1].saturating_sub(h[0]));
+                } else if addr >= h[0] {
+                    return None;
+                } else {
+                    break;
+                }
+            }
             if let Some(&w) = self.words.get((off / 8) as usize) {
                 return Some(w);
             }
@@ -55,18 +83,26 @@ impl<'a> StackCopy<'a> {
 /// saved frame pointers upwards while each record lies in `[start, limit)`,
 /// is aligned and is above the last, and returns the last such record.
 /// None when `fp` itself is not one. At most `(limit - start) / 16` steps.
+/// `visit` sees each record of the chain, in ascending order.
 ///
 /// A thread's outermost record (that of its first function that keeps a
 /// frame pointer) stays where it is for the thread's life, so the signal
 /// handler, walking the live stack, and the sampler, walking a copy of it,
 /// find the same one.
 #[inline(always)]
-pub fn outermost_record(mut fp: u64, start: u64, limit: u64, mut read: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
+pub fn outermost_record(
+    mut fp: u64,
+    start: u64,
+    limit: u64,
+    mut read: impl FnMut(u64) -> Option<u64>,
+    mut visit: impl FnMut(u64),
+) -> Option<u64> {
     let inside = |a: u64| a >= start && a & 7 == 0 && a.checked_add(16).is_some_and(|e| e <= limit);
     if !inside(fp) {
         return None;
     }
     loop {
+        visit(fp);
         match read(fp) {
             Some(next) if next > fp && inside(next) => fp = next,
             _ => return Some(fp),
@@ -79,14 +115,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn words_after_a_hole_are_read_at_their_own_addresses() {
+        // 0x1000..0x1010 copied, 0x1010..0x1030 skipped, 0x1030..0x1040
+        // copied, 0x1040..0x1048 skipped, 0x1048..0x1050 copied.
+        let words = [1, 2, 3, 4, 5];
+        let holes = [[0x1010, 0x1030], [0x1040, 0x1048]];
+        let c = StackCopy { start: 0x1000, words: &words, truncated: false, tail: &[], holes: &holes };
+        assert_eq!(c.end(), 0x1050);
+        assert_eq!(c.read(0x1008), Some(2));
+        assert_eq!(c.read(0x1010), None);
+        assert_eq!(c.read(0x1028), None);
+        assert!(c.in_hole(0x1028) && !c.in_hole(0x1030));
+        assert_eq!(c.read(0x1030), Some(3));
+        assert_eq!(c.read(0x1038), Some(4));
+        assert_eq!(c.read(0x1040), None);
+        assert_eq!(c.read(0x1048), Some(5));
+        assert_eq!(c.read(0x1050), None, "one past the copy");
+    }
+
+    #[test]
     fn the_outermost_record_is_the_last_one_inside_the_bounds() {
         // Records at 0x1010 -> 0x1030 -> 0x1060, whose saved fp is 0.
         let mut words = [0u64; 16];
         words[2] = 0x1030;
         words[6] = 0x1060;
         words[12] = 0;
-        let c = StackCopy { start: 0x1000, words: &words, truncated: false, tail: &[] };
-        let walk = |fp, limit| outermost_record(fp, 0x1000, limit, |a| c.read(a));
+        let c = StackCopy::whole(0x1000, &words);
+        let walk = |fp, limit| outermost_record(fp, 0x1000, limit, |a| c.read(a), |_| {});
         assert_eq!(walk(0x1010, c.end()), Some(0x1060));
         assert_eq!(walk(0x1030, c.end()), Some(0x1060));
         assert_eq!(walk(0x1010, 0x1068), Some(0x1030), "a record that ends past the limit is not followed");
@@ -95,15 +150,17 @@ mod tests {
         // A saved fp that points down (a cycle) ends the chain.
         let mut cyclic = words;
         cyclic[6] = 0x1010;
-        let c = StackCopy { start: 0x1000, words: &cyclic, truncated: false, tail: &[] };
-        assert_eq!(outermost_record(0x1010, 0x1000, c.end(), |a| c.read(a)), Some(0x1030));
+        let c = StackCopy::whole(0x1000, &cyclic);
+        let mut seen = Vec::new();
+        assert_eq!(outermost_record(0x1010, 0x1000, c.end(), |a| c.read(a), |r| seen.push(r)), Some(0x1030));
+        assert_eq!(seen, [0x1010, 0x1030]);
     }
 
     #[test]
     fn reads_only_inside_the_copy_and_the_tail() {
         let words = [10, 11, 12, 13];
         let tail = [[0x2000, 0x2100, 0xaaaa], [0x2100, 0, 0xbbbb]];
-        let c = StackCopy { start: 0x1000, words: &words, truncated: true, tail: &tail };
+        let c = StackCopy { start: 0x1000, words: &words, truncated: true, tail: &tail, holes: &[] };
         assert_eq!(c.end(), 0x1020);
         assert_eq!(c.read(0x1000), Some(10));
         assert_eq!(c.read(0x1018), Some(13));

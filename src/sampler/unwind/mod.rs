@@ -22,7 +22,7 @@ mod code;
 mod copy;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
-pub use copy::{outermost_record, StackCopy, TailRecord};
+pub use copy::{outermost_record, Hole, StackCopy, TailRecord};
 
 use std::ops::Range;
 
@@ -40,7 +40,7 @@ pub enum StackEnd {
     /// `maxStackDepth` frames were recorded and there were more.
     DepthLimit,
     /// The unwinder needed a word above the copy, which was cut at its
-    /// bound.
+    /// bound, or one the copy skipped.
     TruncatedCopy,
     /// The failing step was in code without unwind information, where the
     /// frame-pointer fallback failed too.
@@ -208,7 +208,7 @@ impl Unwinder {
     /// Why a step at `lookup` failed; `unread` is the address it could not
     /// read, if that was the cause.
     fn failed(&self, lookup: u64, copy: &StackCopy<'_>, unread: Option<u64>) -> StackEnd {
-        if unread.is_some_and(|a| a >= copy.end()) && copy.truncated {
+        if unread.is_some_and(|a| (a >= copy.end() && copy.truncated) || copy.in_hole(a)) {
             return StackEnd::TruncatedCopy;
         }
         if self.code.has_cfi(lookup) {

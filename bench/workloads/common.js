@@ -1,6 +1,7 @@
 'use strict'
 // Shared by the benchmark workloads: optional in-process sampling (env
 // BENCH_SAMPLER_INTERVAL, in ms), and a JSON result line on stdout.
+const fs = require('fs')
 const path = require('path')
 
 const addonPath = path.join(__dirname, '..', '..')
@@ -61,6 +62,10 @@ function finish(ms, result) {
   result.processCpuSec = (all.user + all.system) / 1e6
   if (dd) result.ddpprofStacks = dd.stop().sample.length
   if (ms) {
+    // How much of V8's perf map (--perf-basic-prof, line-buffered) was
+    // written while sampling: code placed after stop() cannot be in a sample.
+    const perfMap = `/tmp/perf-${process.pid}.map`
+    if (process.env.BENCH_PERF_MAP_MARK && fs.existsSync(perfMap)) fs.writeFileSync(process.env.BENCH_PERF_MAP_MARK, String(fs.statSync(perfMap).size))
     const t0 = process.hrtime.bigint()
     const p = ms.stop()
     result.stopMs = Number(process.hrtime.bigint() - t0) / 1e6

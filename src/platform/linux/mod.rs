@@ -167,6 +167,10 @@ pub struct LinuxBackend {
     cfg: CaptureConfig,
     unwinder: Option<Unwinder>,
     unwound: Unwound,
+    /// The capture's stack copy, moved here before unwinding: the handler
+    /// wrote it on another CPU, and one sequential copy brings it over
+    /// faster than the unwinder's chain of dependent reads would.
+    stack: Vec<u64>,
     words: Vec<[u64; FRAME_WORDS]>,
     done: Vec<u32>,
     maps_read_ns: Option<u64>,
@@ -237,6 +241,7 @@ impl LinuxBackend {
             cfg: CaptureConfig { max_depth: crate::sampler::options::MAX_STACK_DEPTH_DEFAULT, native_unwinding: true },
             unwinder: None,
             unwound: Unwound::default(),
+            stack: Vec::with_capacity(capture::COPY_BYTES / 8),
             words: Vec::with_capacity(256),
             done: Vec::with_capacity(pool.len()),
             maps_read_ns: None,
@@ -416,9 +421,12 @@ impl LinuxBackend {
         let regs = Registers { pc: d.pc, sp: d.sp, fp: d.fp, lr: d.lr };
         let copy_words = (d.copy_words as usize).min(d.stack.len());
         self.copied_to_root += (d.flags & FLAG_TO_ROOT != 0) as u64;
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.extend_from_slice(&d.stack[..copy_words]);
         let copy = StackCopy {
             start: d.copy_start,
-            words: &d.stack[..copy_words],
+            words: &stack,
             truncated: d.flags & (FLAG_TRUNCATED | FLAG_TO_ROOT) != 0,
             tail: &d.tail[..(d.tail_len as usize).min(d.tail.len())],
             holes: &d.holes[..(d.hole_len as usize).min(d.holes.len())],
@@ -477,6 +485,7 @@ impl LinuxBackend {
             tos,
             frame_words: &self.words,
         }));
+        self.stack = stack;
     }
 }
 

@@ -26,6 +26,7 @@
 
 const { spawnSync } = require('child_process')
 const path = require('path')
+const { verdict } = require('../lib/table')
 
 const ROOT = path.join(__dirname, '..', '..')
 const FIXTURE = path.join(ROOT, '__test__', 'fixtures', 'stalls.js')
@@ -246,7 +247,7 @@ async function run(ctx = {}) {
 
 function rows(r) {
   const out = []
-  const row = (metric, measured, target, met) => out.push({ metric, measured, target, met })
+  const row = (metric, measured, target, met) => out.push([metric, measured, target, verdict(met)])
   const pct = (x) => `${x.toFixed(2)} %`
   const range = (s, f) => (s ? ` (${f(s.min)} .. ${f(s.max)}, n=${s.n})` : '')
   if (r.cost) {

@@ -612,6 +612,12 @@ export interface Stats {
    * r" its stack, once those are known.
    */
   stackBytesCopied: number
+  /**
+   * r" Bytes reserved for the records stack copies are written to
+   * r" while threads are stopped (Linux), for all threads together:
+   * r" the bound of that memory (most of it is never touched).
+   */
+  captureBufferBytes: number
   /** r" Stacks cut because the copy was too short for them. */
   endedTruncatedCopy: number
   /** r" Stacks that ended in code without unwind information. */

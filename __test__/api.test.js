@@ -99,6 +99,11 @@ describe('stats and profile shape', () => {
     expect(p.stats.samplesCaptured).toBe(p.samples.weight.reduce((a, w) => a + w, 0))
     expect(p.samples.thread.length).toBeLessThanOrEqual(p.stats.samplesCaptured)
     expect(p.stats.threadsSampled).toBe(p.stats.samplesCaptured + p.stats.samplesDropped)
+    if (process.platform === 'linux') {
+      // The stack-copy pool: 32 to 512 records of 48 KiB of stack each, plus headers.
+      expect(p.stats.captureBufferBytes).toBeGreaterThanOrEqual(32 * 48 * 1024)
+      expect(p.stats.captureBufferBytes).toBeLessThanOrEqual(512 * 64 * 1024)
+    }
     expect(util.types.isUint32Array(p.samples.thread)).toBe(true)
     expect(util.types.isBigUint64Array(p.samples.timeNs)).toBe(true)
     expect(util.types.isUint32Array(p.samples.stack)).toBe(true)

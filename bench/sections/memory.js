@@ -1,39 +1,14 @@
 'use strict'
 // Memory and post-processing: bytes per stored sample of a long 1 kHz run;
-// the bound of the stack-copy records (read from the sources, so it moves
-// with them) next to the resident memory a session adds; bufferSamples
+// the stack-copy records' bound (as the session reports it) next to the
+// resident memory a session adds; bufferSamples
 // bounding the profile; and the time to symbolize and export N samples.
-const fs = require('fs')
-const os = require('os')
 const path = require('path')
 const { ROOT, WL, runNode, runJson, writeScript } = require('../lib/proc')
 const { verdict } = require('../lib/table')
 
 // Small enough that 4 busy threads at 1 kHz overflow it within a second.
 const BUFFER_ROWS = 50
-
-/** The copy records' bound: one pool for all threads, records x bytes (src/platform/linux/capture.rs and mod.rs). */
-function copyBound() {
-  try {
-    const cap = fs.readFileSync(path.join(ROOT, 'src', 'platform', 'linux', 'capture.rs'), 'utf8')
-    const mod = fs.readFileSync(path.join(ROOT, 'src', 'platform', 'linux', 'mod.rs'), 'utf8')
-    const konst = (name) => {
-      const m = cap.match(new RegExp(`pub const ${name}: usize = ([0-9 *_]+);`))
-      return m ? Function(`return ${m[1].replace(/_/g, '')}`)() : null
-    }
-    const copy = konst('COPY_BYTES')
-    const tail = konst('TAIL_RECORDS')
-    const runtime = konst('RUNTIME_FRAMES')
-    // A record: its list link (u32), 7 u32 and 9 u64 fields, then the arrays (a tail record is [u64; 3]), 64-byte aligned.
-    const recordBytes = Math.ceil((Math.ceil((4 + 7 * 4) / 8) * 8 + 9 * 8 + copy + tail * 24 + runtime * 8) / 64) * 64
-    const m = mod.match(/\(cpus \* (\d+)\)\.clamp\((\d+), (\d+)\)/)
-    const [per, lo, hi] = m.slice(1).map(Number)
-    const records = Math.min(hi, Math.max(lo, os.cpus().length * per))
-    return { copyBytes: copy, recordBytes, records, totalBytes: records * recordBytes, maxTotalBytes: hi * recordBytes, perThreadBytes: 0, rule: `records = clamp(cpus x ${per}, ${lo}, ${hi}), shared by all threads` }
-  } catch (e) {
-    return { error: `could not read the bound from the sources: ${e.message}` }
-  }
-}
 
 function post(ctx, prof) {
   const script = writeScript(
@@ -86,7 +61,9 @@ function run(ctx) {
     bytesPerRow: total / n,
     dedupedStackBytesPerRow: (bytes.stacks + bytes.frames) / n,
     stopMs: r.stopMs,
-    copyRecords: copyBound(),
+    // The records stack copies go to: one pool for all threads, its size
+    // reported by the session (stats.captureBufferBytes).
+    copyRecords: { totalBytes: p.stats.captureBufferBytes || null, rule: 'records = clamp(CPUs x per CPU, 32, 512), shared by all threads; per CPU 16 in wall mode, two drain periods of samples in CPU mode (40 at 1 kHz)' },
     rss: { sessionKiB: rss.duringKiB - rss.beforeKiB, afterStopKiB: rss.afterKiB - rss.beforeKiB, rows: rss.rows },
     bufferSamplesBound: { bound: BUFFER_ROWS, rows: capped.rows, samples: capped.samples, dropped: capped.dropped },
     post: post(ctx, prof),
@@ -97,11 +74,10 @@ function run(ctx) {
 
 function rows(m) {
   const c = m.copyRecords
-  const kib = (b) => `${(b / 1024).toFixed(0)} KiB`
   const pp = m.post
   return [
     [`bytes per stored row (${m.seconds} s @1 kHz, ${m.rows} rows for ${m.samples} samples)`, `${m.bytesPerRow.toFixed(1)} (stacks and frames ${m.dedupedStackBytesPerRow.toFixed(1)})`, '', ''],
-    ['stack-copy records: bound per thread / in total on this machine (max)', c.error ? c.error : `${c.perThreadBytes} (one shared pool) / ${c.records} x ${kib(c.recordBytes)} = ${(c.totalBytes / 2 ** 20).toFixed(2)} MiB (${(c.maxTotalBytes / 2 ** 20).toFixed(1)} MiB)`, 'stated bound', ''],
+    ['stack-copy records (one pool for all threads, none per thread): in total on this machine, 1 kHz CPU mode', c.totalBytes ? `${(c.totalBytes / 2 ** 20).toFixed(2)} MiB reserved (${c.rule})` : 'not reported', 'stated bound', ''],
     ['resident memory added by a session (4 busy threads, 1 kHz): while sampling / after stop()', `${(m.rss.sessionKiB / 1024).toFixed(1)} / ${(m.rss.afterStopKiB / 1024).toFixed(1)} MiB (${m.rss.rows} rows)`, c.totalBytes ? `copy pool ≤ ${(c.totalBytes / 2 ** 20).toFixed(2)} MiB of it` : '', ''],
     [`bufferSamples: ${m.bufferSamplesBound.bound} bounds the profile (a run that overflows it)`, `${m.bufferSamplesBound.rows} rows kept, ${m.bufferSamplesBound.dropped} samples dropped`, `≤ ${m.bufferSamplesBound.bound} rows`, verdict(m.bufferSamplesBound.dropped > 0 ? m.bufferSamplesBound.rows <= m.bufferSamplesBound.bound : null)],
     [`symbolize ${pp.samples} samples (cold / warm)`, `${pp.symbolizeColdMs.toFixed(0)} / ${pp.symbolizeWarmMs.toFixed(0)} ms`, '≪ 1 s', ''],

@@ -139,6 +139,8 @@ pub struct BackendCounters {
     pub foreign_stacks: u64,
     /// Another library replaced the sampling signal's handler.
     pub signal_taken_over: bool,
+    /// Bytes reserved for capture records.
+    pub capture_buffer_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -673,6 +673,7 @@ pub fn run<B: Backend>(
         stats.samples_lost.add(counters.lost);
         stats.foreign_stacks.add(counters.foreign_stacks);
         stats.signal_taken_over.set(counters.signal_taken_over as u64);
+        stats.capture_buffer_bytes.set(counters.capture_buffer_bytes);
     }
     if !stopped {
         // Sampling ended early; the session lasts until stop() all the same.

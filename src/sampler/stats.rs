@@ -132,6 +132,7 @@ pub struct Stats {
     pub samples_lost: Counter,
     pub foreign_stacks: Counter,
     pub stack_bytes_copied: Counter,
+    pub capture_buffer_bytes: Counter,
     pub ended_truncated_copy: Counter,
     pub ended_no_unwind_info: Counter,
     pub ended_bad_cfa: Counter,
@@ -191,6 +192,10 @@ macro_rules! with_stats_fields {
             /// copy ends at the thread's first frames, not at the top of
             /// its stack, once those are known.
             stack_bytes_copied,
+            /// Bytes reserved for the records stack copies are written to
+            /// while threads are stopped (Linux), for all threads together:
+            /// the bound of that memory (most of it is never touched).
+            capture_buffer_bytes,
             /// Stacks cut because the copy was too short for them.
             ended_truncated_copy,
             /// Stacks that ended in code without unwind information.
@@ -263,6 +268,7 @@ impl Stats {
             &self.samples_lost,
             &self.foreign_stacks,
             &self.stack_bytes_copied,
+            &self.capture_buffer_bytes,
             &self.ended_truncated_copy,
             &self.ended_no_unwind_info,
             &self.ended_bad_cfa,
@@ -322,6 +328,7 @@ impl Stats {
             samples_lost: self.samples_lost.get(),
             foreign_stacks: self.foreign_stacks.get(),
             stack_bytes_copied: self.stack_bytes_copied.get(),
+            capture_buffer_bytes: self.capture_buffer_bytes.get(),
             ended_truncated_copy: self.ended_truncated_copy.get(),
             ended_no_unwind_info: self.ended_no_unwind_info.get(),
             ended_bad_cfa: self.ended_bad_cfa.get(),

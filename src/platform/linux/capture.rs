@@ -236,6 +236,11 @@ impl Pool {
         self.records.len()
     }
 
+    /// Bytes the records take (reserved; mostly never touched).
+    pub fn bytes(&self) -> usize {
+        self.records.len.saturating_mul(std::mem::size_of::<Record>())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }

@@ -773,7 +773,12 @@ impl Backend for LinuxBackend {
 
     fn backend_counters(&self) -> BackendCounters {
         let lost = signal::LOST.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(self.lost_at_start);
-        BackendCounters { lost, foreign_stacks: self.foreign, signal_taken_over: self.taken_over }
+        BackendCounters {
+            lost,
+            foreign_stacks: self.foreign,
+            signal_taken_over: self.taken_over,
+            capture_buffer_bytes: self.pool.bytes() as u64,
+        }
     }
 }
 

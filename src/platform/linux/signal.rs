@@ -33,11 +33,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::Mutex;
 
 use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY};
-use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, MAX_HOLES, RUNTIME_FRAMES, TAIL_RECORDS};
+use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, MAX_HOLES, RUNTIME_FRAMES};
 use super::large_frames;
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
-use crate::sampler::unwind::outermost_record;
+use crate::sampler::unwind::{frame_records_above, outermost_record};
 use crate::sampler::walker::Registers;
 
 const CHUNK_SLOTS: usize = 64;
@@ -516,7 +516,12 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         d.copy_words = words as u32;
         if end < hi && d.flags & FLAG_TO_ROOT == 0 {
             d.flags |= FLAG_TRUNCATED;
-            d.tail_len = frame_records_above(regs.fp, start, end, hi, &mut d.tail) as u32;
+            let read = |a: u64| {
+                // SAFETY: `frame_records_above` reads only aligned words
+                // inside [start, hi), this thread's own stack (see above).
+                unsafe { (a as *const u64).read_volatile() }
+            };
+            d.tail_len = frame_records_above(regs.fp, start, end, hi, read, &mut d.tail) as u32;
         }
         return true;
     }
@@ -542,34 +547,6 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         }
     }
     false
-}
-
-/// For a stack whose copy `[start, end)` was cut below `hi`: follows the
-/// frame-pointer chain from `fp` and keeps the records at or above `end`,
-/// so the unwinder can continue through frames that keep frame pointers.
-/// Reads only 16-byte records inside `[start, hi)`, each above the last.
-#[inline(always)]
-fn frame_records_above(mut fp: u64, start: u64, end: u64, hi: u64, out: &mut [[u64; 3]; TAIL_RECORDS]) -> usize {
-    let mut n = 0;
-    let mut lo = start;
-    while n < TAIL_RECORDS {
-        if fp < lo || fp & 7 != 0 || fp.checked_add(16).is_none_or(|e| e > hi) {
-            break;
-        }
-        // SAFETY: [fp, fp + 16) lies inside [start, hi), this thread's own
-        // stack (see `copy_stack`), and fp is aligned.
-        let (next, ret) = unsafe { ((fp as *const u64).read_volatile(), ((fp + 8) as *const u64).read_volatile()) };
-        if fp >= end {
-            out[n] = [fp, next, ret];
-            n += 1;
-        }
-        if next == 0 || ret == 0 {
-            break;
-        }
-        lo = fp + 16;
-        fp = next;
-    }
-    n
 }
 
 /// Ends the sampler's current or next `sleep_until` (async-signal-safe).
@@ -829,28 +806,5 @@ mod tests {
             assert_eq!(n as usize, 2 * page - 100, "a short count up to the unreadable page");
             libc::munmap(base, 3 * page);
         }
-    }
-
-    #[test]
-    fn frame_records_above_the_copy_follow_the_chain_upwards() {
-        // A fake stack: frame records at words 4, 10 and 20 (byte offsets
-        // from `base`), each linking to the next; the copy ends at word 8.
-        let mut words = vec![0u64; 32];
-        let base = words.as_ptr() as u64;
-        let at = |w: u64| base + 8 * w;
-        words[4] = at(10);
-        words[5] = 0x1111;
-        words[10] = at(20);
-        words[11] = 0x2222;
-        words[20] = at(4); // a cycle back down: must stop
-        words[21] = 0x3333;
-        let mut out = [[0u64; 3]; TAIL_RECORDS];
-        let n = frame_records_above(at(4), base, at(8), base + 8 * 32, &mut out);
-        assert_eq!(n, 2);
-        assert_eq!(out[0], [at(10), at(20), 0x2222]);
-        assert_eq!(out[1], [at(20), at(4), 0x3333]);
-        // A misaligned or out-of-bounds start records nothing.
-        assert_eq!(frame_records_above(at(4) + 1, base, at(8), base + 8 * 32, &mut out), 0);
-        assert_eq!(frame_records_above(base + 8 * 40, base, at(8), base + 8 * 32, &mut out), 0);
     }
 }

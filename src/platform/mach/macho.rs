@@ -1,5 +1,8 @@
 //! Mach-O load commands: the address range and LC_UUID of a loaded image,
-//! for the module list.
+//! for the module list, and where its code and unwind sections are, for
+//! the unwinder.
+
+use std::ops::Range;
 
 pub const MH_MAGIC_64: u32 = 0xfeed_facf;
 pub const MACH_HEADER_64_SIZE: usize = 32;
@@ -34,24 +37,38 @@ pub fn macho_commands_len(header: &[u8]) -> Option<usize> {
     MACH_HEADER_64_SIZE.checked_add(u32_at(header, 20)? as usize)
 }
 
-/// Parses the header and load commands of a 64-bit little-endian Mach-O
-/// image. `bytes` must start at the header and hold `macho_commands_len`.
-pub fn parse_macho(bytes: &[u8]) -> Option<MachImage> {
+/// Calls `f(cmd, body)` for each load command of a 64-bit little-endian
+/// Mach-O image (`body` includes the command's own 8-byte head). None if
+/// the commands are malformed.
+fn each_command(bytes: &[u8], mut f: impl FnMut(u32, &[u8]) -> Option<()>) -> Option<()> {
     let total = macho_commands_len(bytes)?;
     let ncmds = u32_at(bytes, 16)?;
     let cmds = bytes.get(MACH_HEADER_64_SIZE..total)?;
-    let mut image = MachImage { start: u64::MAX, end: 0, uuid: None };
     let mut at = 0usize;
     for _ in 0..ncmds {
         let cmd = u32_at(cmds, at)?;
-        let size = u32_at(cmds, at + 4)? as usize;
+        let size = u32_at(cmds, at.checked_add(4)?)? as usize;
         if size < 8 {
             return None;
         }
-        let body = cmds.get(at..at.checked_add(size)?)?;
+        f(cmd, cmds.get(at..at.checked_add(size)?)?)?;
+        at += size;
+    }
+    Some(())
+}
+
+/// A segment command's name (NUL-padded to 16 bytes).
+fn name16(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
+}
+
+/// Parses the header and load commands of a 64-bit little-endian Mach-O
+/// image. `bytes` must start at the header and hold `macho_commands_len`.
+pub fn parse_macho(bytes: &[u8]) -> Option<MachImage> {
+    let mut image = MachImage { start: u64::MAX, end: 0, uuid: None };
+    each_command(bytes, |cmd, body| {
         if cmd == LC_SEGMENT_64 {
-            let name = body.get(8..24)?;
-            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(16)];
+            let name = name16(body.get(8..24)?);
             let (vmaddr, vmsize) = (u64_at(body, 24)?, u64_at(body, 32)?);
             if name != b"__PAGEZERO" && name != b"__LINKEDIT" && vmsize > 0 {
                 image.start = image.start.min(vmaddr);
@@ -60,9 +77,61 @@ pub fn parse_macho(bytes: &[u8]) -> Option<MachImage> {
         } else if cmd == LC_UUID {
             image.uuid = body.get(8..24)?.try_into().ok();
         }
-        at += size;
-    }
+        Some(())
+    })?;
     (image.start < image.end).then_some(image)
+}
+
+/// Where an image's code and unwind information are, in the file's
+/// (unslid) addresses: what the unwinder reads of a loaded image.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnwindSections {
+    /// The `__TEXT` segment: the header, the code, and (in `__TEXT`)
+    /// `__unwind_info` and `__eh_frame`.
+    pub text_segment: Option<Range<u64>>,
+    pub text: Option<Range<u64>>,
+    pub stubs: Option<Range<u64>>,
+    pub stub_helper: Option<Range<u64>>,
+    pub unwind_info: Option<Range<u64>>,
+    pub eh_frame: Option<Range<u64>>,
+    pub got: Option<Range<u64>>,
+}
+
+/// The sections the unwinder uses, from the header and load commands of a
+/// 64-bit little-endian Mach-O image. Ranges that overflow are left out;
+/// None if the commands are malformed or there is no `__TEXT` segment.
+pub fn parse_unwind_sections(bytes: &[u8]) -> Option<UnwindSections> {
+    const SEGMENT_HEAD: usize = 72;
+    const SECTION_SIZE: usize = 80;
+    let mut out = UnwindSections::default();
+    each_command(bytes, |cmd, body| {
+        if cmd != LC_SEGMENT_64 {
+            return Some(());
+        }
+        let segment = name16(body.get(8..24)?);
+        let range = |addr: u64, size: u64| addr.checked_add(size).map(|end| addr..end);
+        if segment == b"__TEXT" {
+            out.text_segment = range(u64_at(body, 24)?, u64_at(body, 32)?);
+        }
+        let nsects = u32_at(body, 64)? as usize;
+        for i in 0..nsects {
+            let at = SEGMENT_HEAD.checked_add(i.checked_mul(SECTION_SIZE)?)?;
+            let section = body.get(at..at.checked_add(SECTION_SIZE)?)?;
+            let r = range(u64_at(section, 32)?, u64_at(section, 40)?);
+            let slot = match (segment, name16(&section[..16])) {
+                (b"__TEXT", b"__text") => &mut out.text,
+                (b"__TEXT", b"__stubs") => &mut out.stubs,
+                (b"__TEXT", b"__stub_helper") => &mut out.stub_helper,
+                (b"__TEXT", b"__unwind_info") => &mut out.unwind_info,
+                (b"__TEXT", b"__eh_frame") => &mut out.eh_frame,
+                (b"__DATA_CONST" | b"__DATA", b"__got") => &mut out.got,
+                _ => continue,
+            };
+            *slot = r;
+        }
+        Some(())
+    })?;
+    out.text_segment.is_some().then_some(out)
 }
 
 #[cfg(test)]

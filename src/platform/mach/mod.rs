@@ -13,3 +13,4 @@ pub mod refusal;
 pub mod rescan;
 pub mod thread_table;
 pub mod time;
+pub mod unwind_image;

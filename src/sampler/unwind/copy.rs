@@ -110,6 +110,40 @@ pub fn outermost_record(
     }
 }
 
+/// For a stack whose copy `[start, end)` was cut below `hi`: follows the
+/// frame-pointer chain from `fp` and keeps the records at or above `end`
+/// in `out`, so the unwinder can continue through frames that keep frame
+/// pointers. Returns how many it kept. Reads (through `read`) only aligned
+/// 16-byte records inside `[start, hi)`, each above the last.
+#[inline(always)]
+pub fn frame_records_above(
+    mut fp: u64,
+    start: u64,
+    end: u64,
+    hi: u64,
+    mut read: impl FnMut(u64) -> u64,
+    out: &mut [TailRecord],
+) -> usize {
+    let mut n = 0;
+    let mut lo = start;
+    while n < out.len() {
+        if fp < lo || fp & 7 != 0 || fp.checked_add(16).is_none_or(|e| e > hi) {
+            break;
+        }
+        let (next, ret) = (read(fp), read(fp + 8));
+        if fp >= end {
+            out[n] = [fp, next, ret];
+            n += 1;
+        }
+        if next == 0 || ret == 0 {
+            break;
+        }
+        lo = fp + 16;
+        fp = next;
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +207,30 @@ mod tests {
         assert_eq!(c.read(0x2108), Some(0xbbbb));
         assert_eq!(c.read(!7), None);
         assert_eq!(StackCopy::EMPTY.read(0), None);
+    }
+
+    #[test]
+    fn frame_records_above_the_copy_follow_the_chain_upwards() {
+        // A fake stack: frame records at words 4, 10 and 20 (byte offsets
+        // from `base`), each linking to the next; the copy ends at word 8.
+        let mut words = vec![0u64; 32];
+        let base = words.as_ptr() as u64;
+        let at = |w: u64| base + 8 * w;
+        words[4] = at(10);
+        words[5] = 0x1111;
+        words[10] = at(20);
+        words[11] = 0x2222;
+        words[20] = at(4); // a cycle back down: must stop
+        words[21] = 0x3333;
+        let mut out = [[0u64; 3]; 8];
+        // SAFETY: in-bounds reads of `words`, which outlives them.
+        let read = |a: u64| unsafe { (a as *const u64).read() };
+        let n = frame_records_above(at(4), base, at(8), base + 8 * 32, read, &mut out);
+        assert_eq!(n, 2);
+        assert_eq!(out[0], [at(10), at(20), 0x2222]);
+        assert_eq!(out[1], [at(20), at(4), 0x3333]);
+        // A misaligned or out-of-bounds start records nothing.
+        assert_eq!(frame_records_above(at(4) + 1, base, at(8), base + 8 * 32, read, &mut out), 0);
+        assert_eq!(frame_records_above(base + 8 * 40, base, at(8), base + 8 * 32, read, &mut out), 0);
     }
 }

@@ -22,7 +22,7 @@ mod code;
 mod copy;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
-pub use copy::{outermost_record, Hole, StackCopy, TailRecord};
+pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord};
 
 use std::ops::Range;
 

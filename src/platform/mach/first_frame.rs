@@ -6,12 +6,9 @@
 //! arm64 the call leaves it in `lr` and nothing is pushed: `[sp]` is
 //! whatever the caller stored there. So the "top of stack" word a runtime
 //! needs (V8's frameless baseline builtins) is `[sp]` on x86_64 and `lr` on
-//! arm64, and on arm64 a frameless leaf's caller (the caller of
-//! `_platform_memmove`, of a syscall stub, of `mach_msg2_trap`) is `lr`.
-//! This module decides only the first caller; deeper unwinding needs the
-//! images' unwind information.
-
-use crate::sampler::walker::{Registers, Walk, WalkEnd};
+//! arm64, and on arm64 a frameless leaf's caller is `lr`. Images say so
+//! in their unwind tables; for code without any (JIT code) this module
+//! decides whether `lr` is the caller a frame-pointer step would skip.
 
 /// The architecture whose call convention applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,17 +84,6 @@ pub fn insert_caller(frames: &mut [u64], depth: usize, max_depth: usize, caller:
     (keep + 1, dropped)
 }
 
-/// A finished walk with the frameless leaf's caller inserted after the pc
-/// (see [`leaf_caller`]); a walk that had to drop its outermost frame for
-/// it is marked truncated.
-#[inline(always)]
-pub fn with_leaf_caller(arch: Arch, regs: &Registers, frames: &mut [u64], walk: Walk, max_depth: usize) -> Walk {
-    let first_return = if walk.depth > 1 { frames[1] } else { 0 };
-    let Some(caller) = leaf_caller(arch, regs.pc, regs.lr, first_return) else { return walk };
-    let (depth, dropped) = insert_caller(frames, walk.depth, max_depth, caller);
-    Walk { depth, end: if dropped { WalkEnd::Truncated } else { walk.end } }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,19 +123,7 @@ mod tests {
     }
 
     #[test]
-    fn a_walk_gains_the_leaf_caller_only_on_arm64() {
-        let regs = Registers { pc: PC, sp: 0x1000, fp: 0x1010, lr: CALLER };
-        let walk = Walk { depth: 3, end: WalkEnd::Complete };
-        let mut frames = [PC, CALLERS_CALLER, 0x1_0000_a000, 0];
-        let w = with_leaf_caller(Arch::Arm64, &regs, &mut frames, walk, 4);
-        assert_eq!(w, Walk { depth: 4, end: WalkEnd::Complete });
-        assert_eq!(frames, [PC, CALLER, CALLERS_CALLER, 0x1_0000_a000]);
-        let mut frames = [PC, CALLERS_CALLER, 0x1_0000_a000];
-        let w = with_leaf_caller(Arch::Arm64, &regs, &mut frames, walk, 3);
-        assert_eq!(w, Walk { depth: 3, end: WalkEnd::Truncated }, "full: the root side gives way");
-        let mut frames = [PC, CALLERS_CALLER, 0x1_0000_a000, 0];
-        assert_eq!(with_leaf_caller(Arch::X86_64, &regs, &mut frames, walk, 4), walk);
-        assert_eq!(frames, [PC, CALLERS_CALLER, 0x1_0000_a000, 0]);
+    fn the_top_of_stack_word_is_lr_on_arm64_and_read_on_x86_64() {
         assert_eq!(top_of_stack_word(Arch::Arm64, CALLER, || unreachable!()), CALLER);
         assert_eq!(top_of_stack_word(Arch::X86_64, CALLER, || 7), 7);
     }

@@ -33,15 +33,6 @@ pub fn strip_registers(regs: Registers, mask: u64) -> Registers {
     Registers { pc: strip(regs.pc), sp: strip(regs.sp), fp: strip(regs.fp), lr: strip(regs.lr) }
 }
 
-/// Applies `mask` to the addresses a walk recorded. `walk_stack` already
-/// removed bits 48 and up; this clears the remaining PAC bits between the
-/// virtual-address size and bit 48.
-pub fn mask_frames(frames: &mut [u64], mask: u64) {
-    for f in frames {
-        *f &= mask;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,7 +50,7 @@ mod tests {
     }
 
     #[test]
-    fn pac_bits_are_stripped_from_registers_and_frames() {
+    fn pac_bits_are_stripped_from_registers_and_return_addresses() {
         let mask = va_mask(47);
         let addr = 0x0000_0001_8a2b_3c40u64;
         // An IB-signed return address: PAC bits in 47..=54 and 56..=63.
@@ -67,11 +58,9 @@ mod tests {
         let regs = Registers { pc: signed, sp: 0x0001_6fdf_f000, fp: 0x0001_6fdf_f100 | (1 << 47), lr: signed };
         let r = strip_registers(regs, mask);
         assert_eq!(r, Registers { pc: addr, sp: 0x0001_6fdf_f000, fp: 0x0001_6fdf_f100, lr: addr });
-        // walk_stack leaves bit 47 alone; mask_frames clears it.
-        let mut frames = [strip_pointer_tag(signed), addr];
-        assert_eq!(frames[0], addr | (1 << 47));
-        mask_frames(&mut frames, mask);
-        assert_eq!(frames, [addr, addr]);
+        // The tag strip alone leaves bit 47; the mask clears it.
+        assert_eq!(strip_pointer_tag(signed), addr | (1 << 47));
+        assert_eq!(strip_pointer_tag(signed) & mask, addr);
         // x86_64-style 48-bit mask leaves user addresses untouched.
         let x = Registers { pc: 0x7ff8_1234_5678, sp: 0x7ff7_bfef_f000, fp: 0x7ff7_bfef_f100, lr: 0 };
         assert_eq!(strip_registers(x, va_mask(48)), x);

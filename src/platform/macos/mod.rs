@@ -1,7 +1,9 @@
 //! The Mach backend (macOS, x86_64 and arm64): threads found by a pthread
 //! introspection hook and `task_threads`, each sampled by `thread_suspend`,
-//! `thread_get_state`, a frame-pointer walk into memory preallocated here,
-//! and `thread_resume`.
+//! `thread_get_state`, a copy of the live stack into memory preallocated
+//! here, and `thread_resume`; the copy is then unwound on the sampler
+//! thread with the images' `__unwind_info` and `__eh_frame` (see
+//! `sampler::unwind`), frame pointers where there is none.
 //!
 //! Guarantees: every successful suspend is undone by a [`Suspended`] guard
 //! on every path; between suspend and resume nothing allocates, locks or
@@ -13,6 +15,7 @@
 //! built this way: `docs/design/mach-suspend-window.md`,
 //! `docs/design/mach-thread-tracking.md`. All calls go through [`sys`].
 
+pub mod code;
 pub mod hook;
 pub mod modules;
 pub mod regions;
@@ -31,7 +34,7 @@ use sys::{
     thread_resume, thread_state_t, thread_suspend, MACH_PORT_NULL,
 };
 
-use crate::platform::mach::first_frame::{top_of_stack_word, with_leaf_caller, Arch};
+use crate::platform::mach::first_frame::{insert_caller, leaf_caller, top_of_stack_word, Arch};
 use crate::platform::mach::kern::{self, suspend_skip_reason, IntoResult, KernelError};
 use crate::platform::mach::rescan::{merge_rescan, pick_main_tid, sync_session, FoundThread};
 use crate::platform::mach::{pac, refusal, time};
@@ -41,13 +44,24 @@ use crate::sampler::options::MAX_STACK_DEPTH_MAX;
 use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
 use crate::sampler::stopped_window::StoppedWindow;
 use crate::sampler::timebase::Timebase;
-use crate::sampler::unwind::StackEnd;
-use crate::sampler::walker::{strip_pointer_tag, walk_stack, walk_stack_visit, Registers, StackBounds, Walk};
+use crate::sampler::unwind::{frame_records_above, StackCopy, StackEnd, TailRecord, Unwinder, Unwound};
+use crate::sampler::walker::{strip_pointer_tag, Registers};
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
 
 /// JavaScript frames kept per sample (from V8's `GetStackSample`).
 const JS_FRAMES_MAX: usize = 256;
+/// Bytes of stack copied per sample, from just below the stack pointer
+/// up. A deeper stack goes on through the frame records above the copy.
+const COPY_BYTES: usize = 48 * 1024;
+/// Frame records kept from above a copy cut at `COPY_BYTES`.
+const TAIL_RECORDS: usize = 256;
+/// Both macOS ABIs let a function use 128 bytes below its stack pointer
+/// without moving it: the copy starts there.
+const RED_ZONE: u64 = 128;
+/// How often, at most, the unwinder looks again for new images and JIT
+/// code when a return address lies in no code it knows.
+const CODE_REFRESH_NS: u64 = 200_000_000;
 
 // The shared decisions hard-code these so they build anywhere; hold them to
 // the values the calls use.
@@ -211,20 +225,44 @@ impl Drop for Suspended {
 
 /// What happened to a thread between suspend and resume.
 enum Stopped {
-    Walked {
-        walk: Walk,
-        walk_error: bool,
+    /// Its stack was copied into the backend's `stack` (and `tail`).
+    Copied {
+        regs: Registers,
+        copy: Extent,
         /// JavaScript frames V8 reported (in the backend's `js_frames`).
         js_count: usize,
-        /// See `CapturedStack::tos`.
-        tos: u64,
-        /// Frames with words in the backend's `words`.
-        words_count: usize,
     },
+    /// Only its registers were read: native unwinding is off, or its stack
+    /// is not known (`unknown_stack`), so no memory was read.
+    RegistersOnly { regs: Registers, unknown_stack: bool },
     /// It had logged its exit, or `thread_get_state` says it is gone.
     Gone,
     /// `thread_get_state` failed otherwise.
     StateError,
+}
+
+/// What a copy in the backend's `stack` and `tail` holds.
+#[derive(Clone, Copy, Debug, Default)]
+struct Extent {
+    /// The address the copy starts at, and its length in words.
+    start: u64,
+    words: usize,
+    /// The stack goes on above the copy.
+    truncated: bool,
+    /// Frame records above the copy, in `tail`.
+    tail_len: usize,
+}
+
+impl Extent {
+    fn of<'a>(self, stack: &'a [u64], tail: &'a [TailRecord]) -> StackCopy<'a> {
+        StackCopy {
+            start: self.start,
+            words: &stack[..self.words.min(stack.len())],
+            truncated: self.truncated,
+            tail: &tail[..self.tail_len.min(tail.len())],
+            holes: &[],
+        }
+    }
 }
 
 /// Reads the registers of a suspended thread.
@@ -253,14 +291,15 @@ pub fn set_js_frames(on: bool) {
 
 /// Where the stopped window writes.
 struct Buffers<'a> {
-    frames: &'a mut [u64],
+    stack: &'a mut [u64],
+    tail: &'a mut [TailRecord],
     js: &'a mut [u64],
-    words: &'a mut [[u64; FRAME_WORDS]],
 }
 
 /// The work inside the stopped window. No allocation, no lock, no lazily
-/// bound call: atomics, `thread_get_state`, the walk, and V8's own stack
-/// sampler (see `docs/design/getstacksample-when-stopped.md`).
+/// bound call: atomics, `thread_get_state`, a copy of the stack, the frame
+/// records above a cut copy, and V8's own stack sampler until V8's frame
+/// layout is learned (see `docs/design/getstacksample-when-stopped.md`).
 #[inline(always)]
 fn capture_stopped(
     port: thread_act_t,
@@ -280,64 +319,59 @@ fn capture_stopped(
         Err(_) => return Stopped::StateError,
     };
     let bounds = entry.stack;
-    if !bounds.contains(regs.sp) {
-        // Unknown stack: record the pc, read no memory.
-        return Stopped::Walked {
-            walk: walk_stack(&regs, StackBounds::EMPTY, depth.min(1), out.frames),
-            walk_error: true,
-            js_count: 0,
-            tos: 0,
-            words_count: 0,
+    if depth <= 1 || !bounds.contains(regs.sp) {
+        return Stopped::RegistersOnly { regs, unknown_stack: depth > 1 };
+    }
+    // [start, end): 8-aligned, inside the thread's stack bounds (which
+    // contain sp), at most the buffer's length.
+    let start = (regs.sp.saturating_sub(RED_ZONE) & !7).max(bounds.lo.next_multiple_of(8));
+    let room = (out.stack.len() as u64).saturating_mul(8);
+    let end = start + (bounds.hi.min(start.saturating_add(room)).saturating_sub(start) & !7);
+    let words = ((end - start) / 8) as usize;
+    // SAFETY: [start, end) lies inside the stack bounds of a thread that is
+    // suspended, so its stack stays mapped and unchanged; `out.stack` has
+    // room for `words` words (see above) and is the backend's own memory.
+    unsafe { std::ptr::copy_nonoverlapping(start as *const u64, out.stack.as_mut_ptr(), words) };
+    let truncated = end < bounds.hi;
+    let tail_len = if truncated {
+        let read = |a: u64| {
+            // SAFETY: `frame_records_above` reads only aligned words inside
+            // [start, bounds.hi), the suspended thread's stack.
+            unsafe { core::ptr::read_volatile(a as *const u64) }
         };
-    }
-    // JavaScript threads also keep the words below each frame pointer
-    // (see `crate::v8::slots`); GetStackSample runs only until the frame
-    // layout is learned.
-    let js_thread = JS_FRAMES.load(Ordering::Acquire) && depth > 1 && crate::v8::thread_registered(entry.tid);
-    let mut words_count = 0;
-    let walk = if js_thread {
-        let words = out.words;
-        walk_stack_visit(&regs, bounds, depth, out.frames, &mut |i, fp| {
-            if let Some(w) = words.get_mut(i) {
-                crate::v8::slots::read(fp, bounds, w);
-                words_count = i + 1;
-            }
-        })
+        frame_records_above(regs.fp, start, end, bounds.hi, read, out.tail)
     } else {
-        walk_stack(&regs, bounds, depth, out.frames)
+        0
     };
-    // A frameless arm64 leaf: its caller is in lr, not in any frame record.
-    let walk = with_leaf_caller(Arch::HOST, &regs, out.frames, walk, depth);
-    if !js_thread {
-        return Stopped::Walked { walk, walk_error: false, js_count: 0, tos: 0, words_count: 0 };
-    }
-    let js_count = if crate::v8::slots::learned().is_none() {
+    let js_thread = JS_FRAMES.load(Ordering::Acquire) && crate::v8::thread_registered(entry.tid);
+    let js_count = if js_thread && crate::v8::slots::learned().is_none() {
         let limit = depth.min(out.js.len());
         crate::v8::sample_js_stopped_thread(entry.tid, &regs, &mut out.js[..limit]).count
     } else {
         0
     };
-    let tos = top_of_stack_word(Arch::HOST, regs.lr, || {
-        if regs.sp.checked_add(8).is_some_and(|end| end <= bounds.hi) {
-            // SAFETY: the 8 bytes at sp lie within the thread's stack
-            // bounds, which contain sp; the thread is suspended.
-            strip_pointer_tag(unsafe { core::ptr::read_volatile(regs.sp as *const u64) }) & mask
-        } else {
-            0
-        }
-    });
-    Stopped::Walked { walk, walk_error: false, js_count, tos, words_count }
+    Stopped::Copied { regs, copy: Extent { start, words, truncated, tail_len }, js_count }
 }
 
 pub struct MachBackend {
     timebase: Timebase,
     address_mask: u64,
-    /// Walk output, preallocated: the window cannot allocate.
-    frames: Box<[u64]>,
+    /// The stack copy, preallocated: the window cannot allocate.
+    stack: Box<[u64]>,
+    /// Frame records above a cut copy, preallocated likewise.
+    tail: Box<[TailRecord]>,
     /// V8's JavaScript frames, preallocated likewise.
     js_frames: Box<[u64]>,
-    /// Words below each frame pointer, preallocated likewise.
-    words: Box<[[u64; FRAME_WORDS]]>,
+    /// Built on the sampler thread at its first unwind.
+    unwinder: Option<Unwinder>,
+    unwound: Unwound,
+    /// When the unwinder last looked for new images and JIT code.
+    code_read_ns: u64,
+    /// Code that keeps frame pointers without unwind information (V8's
+    /// builtins), for the unwinder.
+    frame_pointer_code: Vec<std::ops::Range<u64>>,
+    /// Words below each frame pointer of a JavaScript thread's stack.
+    words: Vec<[u64; FRAME_WORDS]>,
     /// Scratch: the hook table's live entries, sorted by tid.
     tracked: Vec<ThreadEntry>,
     /// Scratch for `sync_session` and rescans.
@@ -365,9 +399,14 @@ impl MachBackend {
         let mut backend = MachBackend {
             timebase: c.timebase,
             address_mask: c.address_mask,
-            frames: vec![0u64; MAX_STACK_DEPTH_MAX].into_boxed_slice(),
+            stack: vec![0u64; COPY_BYTES / 8].into_boxed_slice(),
+            tail: vec![[0u64; 3]; TAIL_RECORDS].into_boxed_slice(),
             js_frames: vec![0u64; JS_FRAMES_MAX].into_boxed_slice(),
-            words: vec![[0u64; FRAME_WORDS]; JS_FRAMES_MAX].into_boxed_slice(),
+            unwinder: None,
+            unwound: Unwound::default(),
+            code_read_ns: 0,
+            frame_pointer_code: Vec::new(),
+            words: Vec::with_capacity(JS_FRAMES_MAX),
             tracked: Vec::with_capacity(64),
             scratch: Vec::with_capacity(64),
             found: Vec::with_capacity(64),
@@ -412,6 +451,73 @@ impl MachBackend {
     fn note_gone(&mut self, tid: u64, port: u32) {
         // Outside the window: pushing may allocate.
         self.gone.push((tid, port));
+    }
+
+    /// Takes in images loaded and JIT code mapped since the last look, at
+    /// most every `CODE_REFRESH_NS` unless `force`. Returns whether it looked.
+    fn refresh_code(&mut self, force: bool) -> bool {
+        let now = self.now_ns();
+        if !force && now.saturating_sub(self.code_read_ns) < CODE_REFRESH_NS {
+            return false;
+        }
+        self.code_read_ns = now;
+        let Some(u) = self.unwinder.as_mut() else { return false };
+        for m in code::loaded_code(|start| u.has_module_at(start)) {
+            u.add_module(m);
+        }
+        let jit = code::jit_regions(|a| u.has_module_at(a));
+        u.set_jit_regions(jit);
+        true
+    }
+
+    /// Unwinds the copy that `capture_stopped` left in `stack` and `tail`
+    /// into `unwound`, on the sampler thread after the thread resumed.
+    fn unwind(&mut self, regs: Registers, copy: Extent, depth: usize) -> StackEnd {
+        if self.unwinder.is_none() {
+            let mut u = Unwinder::new(self.address_mask);
+            u.set_frame_pointer_code(self.frame_pointer_code.clone());
+            self.unwinder = Some(u);
+            self.refresh_code(true);
+        }
+        let mut end = self.unwind_once(regs, copy, depth);
+        if end == StackEnd::NotExecutable && self.refresh_code(false) {
+            // New JIT code or a new image: look again once.
+            end = self.unwind_once(regs, copy, depth);
+        }
+        if end != StackEnd::NoPc {
+            self.insert_leaf_caller(regs, depth);
+        }
+        end
+    }
+
+    fn unwind_once(&mut self, regs: Registers, copy: Extent, depth: usize) -> StackEnd {
+        let copy = copy.of(&self.stack, &self.tail);
+        match self.unwinder.as_mut() {
+            Some(u) => u.unwind(regs, &copy, depth, &mut self.unwound),
+            None => StackEnd::CopyFailed,
+        }
+    }
+
+    /// arm64: a pc in code without unwind information (JIT code) that
+    /// built no frame record has its caller only in `lr`, which the
+    /// frame-pointer fallback skips; it goes in as frame 1 (see
+    /// `mach::first_frame`). Code with unwind information needs none of
+    /// this: its table says where the return address is.
+    fn insert_leaf_caller(&mut self, regs: Registers, depth: usize) {
+        let covered = self.unwinder.as_ref().is_some_and(|u| u.code().has_cfi(regs.pc));
+        let frames = &mut self.unwound.frames;
+        if covered || frames.is_empty() {
+            return;
+        }
+        let first_return = frames.get(1).copied().unwrap_or(0);
+        let Some(caller) = leaf_caller(Arch::HOST, regs.pc, regs.lr, first_return) else { return };
+        let n = frames.len();
+        frames.push(0);
+        let (n, _) = insert_caller(frames, n, depth, caller);
+        frames.truncate(n);
+        // The caller's frame pointer is the one the leaf left untouched.
+        self.unwound.fps.insert(1.min(self.unwound.fps.len()), regs.fp);
+        self.unwound.fps.truncate(n);
     }
 }
 
@@ -512,10 +618,9 @@ impl Backend for MachBackend {
     }
 
     fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
-        let depth = if cfg.native_unwinding { cfg.max_depth } else { 1 }.min(self.frames.len());
+        let depth = if cfg.native_unwinding { cfg.max_depth.min(MAX_STACK_DEPTH_MAX) } else { 1 };
         let own = own_port();
         let tb = self.timebase;
-        let mask = self.address_mask;
         for entry in threads {
             let (tid, port) = (entry.tid, entry.handle as thread_act_t);
             if port == MACH_PORT_NULL || port == own {
@@ -542,54 +647,89 @@ impl Backend for MachBackend {
             };
             stopped._window.fault_injection_point();
             let stopped_at = now_ticks();
-            let out = Buffers { frames: &mut self.frames, js: &mut self.js_frames, words: &mut self.words };
+            let out = Buffers { stack: &mut self.stack, tail: &mut self.tail, js: &mut self.js_frames };
             let outcome = capture_stopped(port, entry, depth, self.exits_epoch, out);
             drop(stopped);
             let t1 = now_ticks();
+            let (time_ns, stopped_ns) = (tb.ticks_to_ns(stopped_at), time::elapsed_ns(&tb, t0, t1));
 
-            match outcome {
-                Stopped::Walked { walk, walk_error, js_count, tos, words_count } => {
-                    let frames = &mut self.frames[..walk.depth];
-                    pac::mask_frames(frames, mask);
-                    let js = &self.js_frames[..js_count.min(self.js_frames.len())];
-                    sink(Capture::Stack(CapturedStack {
-                        tid,
-                        time_ns: tb.ticks_to_ns(stopped_at),
-                        frames,
-                        end: if walk_error { StackEnd::CopyFailed } else { walk.end.into() },
-                        stopped_ns: time::elapsed_ns(&tb, t0, t1),
-                        copied_bytes: 0,
-                        delivery_ns: None,
-                        weight: 1,
-                        off_cpu: false,
-                        // A frameless leaf's caller in `lr` is already among `frames` (`mach::first_frame`).
-                        lr: 0,
-                        runtime_frames: js,
-                        tos,
-                        frame_words: &self.words[..words_count.min(self.words.len())],
-                    }));
+            let (regs, end, copy, js_count) = match outcome {
+                Stopped::Copied { regs, copy, js_count } => (regs, self.unwind(regs, copy, depth), copy, js_count),
+                Stopped::RegistersOnly { regs, unknown_stack } => {
+                    self.unwound.frames.clear();
+                    self.unwound.fps.clear();
+                    self.unwound.frames.push(regs.pc);
+                    self.unwound.fps.push(regs.fp);
+                    let end = if unknown_stack { StackEnd::CopyFailed } else { StackEnd::DepthLimit };
+                    (regs, end, Extent::default(), 0)
                 }
                 Stopped::Gone => {
                     self.note_gone(tid, port);
                     sink(Capture::Skipped { tid, reason: SkipReason::Gone });
+                    continue;
                 }
-                Stopped::StateError => sink(Capture::Stack(CapturedStack {
-                    tid,
-                    time_ns: tb.ticks_to_ns(stopped_at),
-                    frames: &[],
-                    end: StackEnd::NoPc,
-                    stopped_ns: time::elapsed_ns(&tb, t0, t1),
-                    copied_bytes: 0,
-                    delivery_ns: None,
-                    weight: 1,
-                    off_cpu: false,
-                    lr: 0,
-                    runtime_frames: &[],
-                    tos: 0,
-                    frame_words: &[],
-                })),
+                Stopped::StateError => {
+                    sink(Capture::Stack(CapturedStack {
+                        tid,
+                        time_ns,
+                        frames: &[],
+                        end: StackEnd::NoPc,
+                        stopped_ns,
+                        copied_bytes: 0,
+                        delivery_ns: None,
+                        weight: 1,
+                        off_cpu: false,
+                        lr: 0,
+                        runtime_frames: &[],
+                        tos: 0,
+                        frame_words: &[],
+                    }));
+                    continue;
+                }
+            };
+            let end = if regs.pc == 0 { StackEnd::NoPc } else { end };
+            // For V8: the words below each frame pointer, and the top of
+            // the stack (see `mach::first_frame`), from the copy.
+            let copied_words = copy.words;
+            let copy = copy.of(&self.stack, &self.tail);
+            self.words.clear();
+            let js = JS_FRAMES.load(Ordering::Acquire) && crate::v8::thread_registered(tid);
+            let mut tos = 0;
+            if js && copied_words > 0 {
+                for &fp in self.unwound.fps.iter().take(JS_FRAMES_MAX) {
+                    let mut w = [0u64; FRAME_WORDS];
+                    for (slot, &off) in w.iter_mut().zip(&crate::v8::slots::OFFSETS) {
+                        *slot = fp.checked_sub(off).and_then(|a| copy.read(a)).unwrap_or(0);
+                    }
+                    self.words.push(w);
+                }
+                tos = top_of_stack_word(Arch::HOST, regs.lr, || {
+                    copy.read(regs.sp).map(|w| strip_pointer_tag(w) & self.address_mask).unwrap_or(0)
+                });
             }
+            sink(Capture::Stack(CapturedStack {
+                tid,
+                time_ns,
+                frames: &self.unwound.frames,
+                end,
+                stopped_ns,
+                copied_bytes: 8 * copied_words as u32,
+                delivery_ns: None,
+                weight: 1,
+                off_cpu: false,
+                lr: regs.lr,
+                runtime_frames: &self.js_frames[..js_count.min(self.js_frames.len())],
+                tos,
+                frame_words: &self.words,
+            }));
         }
+    }
+
+    fn set_frame_pointer_code(&mut self, ranges: Vec<std::ops::Range<u64>>) {
+        if let Some(u) = self.unwinder.as_mut() {
+            u.set_frame_pointer_code(ranges.clone());
+        }
+        self.frame_pointer_code = ranges;
     }
 
     fn finish(&mut self, _timeout_ns: u64, _sink: &mut dyn FnMut(Capture<'_>)) {

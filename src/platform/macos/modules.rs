@@ -13,9 +13,21 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Every loaded image, in dyld's order (the executable first).
-pub fn loaded_modules() -> Vec<Module> {
-    let mut out = Vec::new();
+/// One loaded image as dyld lists it.
+pub struct Image<'a> {
+    /// Its Mach-O header, where dyld mapped it.
+    pub header: *const std::ffi::c_void,
+    /// The header and load commands (`macho_commands_len` bytes).
+    pub commands: &'a [u8],
+    pub path: &'a std::ffi::CStr,
+    /// dyld's slide: loaded address minus file address.
+    pub slide: u64,
+}
+
+/// Calls `f` for every loaded image, in dyld's order (the executable
+/// first). Images unloaded meanwhile, or with a header that is not a
+/// 64-bit Mach-O, are left out.
+pub fn for_each_image(mut f: impl FnMut(Image<'_>)) {
     // SAFETY: reads dyld's image count.
     let count = unsafe { _dyld_image_count() };
     for i in 0..count {
@@ -33,18 +45,25 @@ pub fn loaded_modules() -> Vec<Module> {
         // SAFETY: the load commands follow the header inside the image's
         // first segment, which is mapped; `len` is the size the header gives.
         let commands = unsafe { std::slice::from_raw_parts(header as *const u8, len) };
-        let Some(image) = parse_macho(commands) else { continue };
         // SAFETY: dyld's image names are NUL-terminated and live as long as
         // the image.
-        let path = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
-        let bias = slide as u64;
+        let path = unsafe { std::ffi::CStr::from_ptr(name) };
+        f(Image { header: header.cast(), commands, path, slide: slide as u64 });
+    }
+}
+
+/// Every loaded image, in dyld's order (the executable first).
+pub fn loaded_modules() -> Vec<Module> {
+    let mut out = Vec::new();
+    for_each_image(|img| {
+        let Some(image) = parse_macho(img.commands) else { return };
         out.push(Module {
-            path,
-            start: image.start.wrapping_add(bias),
-            end: image.end.wrapping_add(bias),
-            bias,
+            path: img.path.to_string_lossy().into_owned(),
+            start: image.start.wrapping_add(img.slide),
+            end: image.end.wrapping_add(img.slide),
+            bias: img.slide,
             build_id: image.uuid.map(|u| hex(&u)).unwrap_or_default(),
         });
-    }
+    });
     out
 }

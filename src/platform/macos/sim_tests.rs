@@ -507,6 +507,71 @@ fn the_hook_forwards_every_event_to_the_hook_installed_before_it() {
     assert!(PREVIOUS_HOOK_EVENTS.load(Ordering::SeqCst) >= before + 2);
 }
 
+extern "C" fn compare_u64(a: *const std::ffi::c_void, b: *const std::ffi::c_void) -> std::ffi::c_int {
+    // SAFETY: qsort passes pointers to two elements of the u64 array.
+    let (a, b) = unsafe { (*(a as *const u64), *(b as *const u64)) };
+    black_box(a.cmp(&b) as std::ffi::c_int)
+}
+
+/// Sorts with glibc's `qsort` until told to stop: glibc keeps no frame
+/// pointers, so only its unwind information leads from the comparison
+/// (our code) and from qsort's own frames back to this thread's first.
+fn sort_in_libc(stop: &AtomicBool) -> u64 {
+    let mut v: Vec<u64> = (0..2048u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+    let mut rounds = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        v.iter_mut().for_each(|x| *x = x.rotate_left(7) ^ rounds);
+        // SAFETY: `v` is an array of `v.len()` u64s; the comparison reads two of them.
+        unsafe { libc::qsort(v.as_mut_ptr().cast(), v.len(), 8, Some(compare_u64)) };
+        rounds += 1;
+    }
+    rounds
+}
+
+#[test]
+fn stacks_through_code_without_frame_pointers_reach_the_thread_s_first_frame() {
+    let _g = serial();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicU64::new(0));
+    let (s, t) = (stop.clone(), tid.clone());
+    let handle = std::thread::spawn(move || {
+        t.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
+        black_box(sort_in_libc(&s));
+    });
+    while tid.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let (rec, _) = run_session(2.0, 500);
+    stop.store(true, Ordering::SeqCst);
+    handle.join().unwrap();
+    let tid = tid.load(Ordering::SeqCst);
+
+    let index = rec.threads.iter().position(|t| t.tid == tid).expect("the sorting thread");
+    let mut outermost: Vec<u64> = (0..rec.samples.len())
+        .filter_map(|i| rec.samples.get(i))
+        .filter(|s| s.thread as usize == index && !s.idle)
+        .filter_map(|s| rec.stacks.addresses(s.stack).last().copied())
+        .collect();
+    let n = outermost.len();
+    assert!(n >= 20, "{n} samples");
+    outermost.sort_unstable();
+    let mut best = (0usize, 0u64);
+    for run in outermost.chunk_by(|a, b| a == b) {
+        best = best.max((run.len(), run[0]));
+    }
+    // The thread's first frame is glibc's (clone3, or start_thread).
+    // SAFETY: plain data; all-zero is valid.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; `info` is an out-pointer.
+    assert!(unsafe { libc::dladdr(best.1 as *const std::ffi::c_void, &mut info) } != 0);
+    // SAFETY: a NUL-terminated path owned by the loader.
+    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    assert!(file.contains("libc.so"), "outermost frame {:#x} in {file}", best.1);
+    assert!(best.0 * 100 >= n * 95, "{} of {n} stacks end at the thread's first frame {:#x}", best.0, best.1);
+    assert_eq!(rec.stats.walk_errors, 0);
+    assert_audit_clean();
+}
+
 #[test]
 fn a_thread_with_unknown_stack_bounds_is_sampled_pc_only() {
     let _g = serial();

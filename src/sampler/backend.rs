@@ -154,9 +154,16 @@ pub enum Capture<'a> {
 pub struct ThreadGone;
 
 pub trait Backend: Send {
-    /// Called once on the sampler thread before the first tick: the place to
-    /// raise timer precision or scheduling priority.
+    /// Called once on the sampler thread before it looks for threads: the
+    /// place to raise timer precision.
     fn prepare_sampler_thread(&mut self) {}
+
+    /// Called once on the sampler thread after the first look for threads,
+    /// before the first tick: the place to raise scheduling priority. The
+    /// first look can be long (thousands of threads), and at a raised
+    /// priority it would keep the thread that called `start()` off a busy
+    /// machine's CPUs.
+    fn sampling_started(&mut self) {}
 
     /// Monotonic time in nanoseconds. Sample timestamps use this clock.
     fn now_ns(&self) -> u64;

@@ -505,6 +505,7 @@ pub fn run<B: Backend>(
     if timers {
         backend.start_cpu_timers(options.interval_ns, period);
     }
+    backend.sampling_started();
     let can_wake = backend.stop_waker().is_some();
     let mut schedule = Schedule::new(start_ns, period);
     let sampling_ends = options.duration_ns.map(|d| start_ns.saturating_add(d));

@@ -494,6 +494,9 @@ impl Backend for LinuxBackend {
         // The default 50 µs timer slack would smear 1 kHz deadlines.
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    }
+
+    fn sampling_started(&mut self) {
         // With more runnable threads than cores, a normal-priority sampler
         // waits for a time slice after each wake-up and misses ticks. The
         // lowest real-time priority lets it run on time; it sleeps between

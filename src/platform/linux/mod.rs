@@ -19,6 +19,7 @@
 //!   (see `signal` for why that makes the handler's reads safe).
 
 pub mod capture;
+mod check_queue;
 pub mod code;
 pub mod large_frames;
 pub mod modules;
@@ -38,6 +39,7 @@ use crate::sampler::unwind::{outermost_record, StackCopy, StackEnd, Unwinder, Un
 use crate::sampler::walker::{Registers, StackBounds};
 
 use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_ROOT, FLAG_TRUNCATED};
+use check_queue::CheckQueue;
 use procfs::Maps;
 use signal::Bounds;
 use timers::CpuTimer;
@@ -151,6 +153,10 @@ pub struct LinuxBackend {
     signal: i32,
     pid: u64,
     threads: FxHashMap<u64, LinuxThread>,
+    /// When each thread's signal mask is checked next.
+    checks: CheckQueue,
+    /// Scratch: the threads a refresh checks in full.
+    to_check: Vec<u64>,
     tasks: procfs::TaskList,
     tids: Vec<u64>,
     listed_ns: u64,
@@ -230,6 +236,8 @@ impl LinuxBackend {
             signal,
             pid: std::process::id() as u64,
             threads: FxHashMap::default(),
+            checks: CheckQueue::default(),
+            to_check: Vec::with_capacity(MASK_CHECKS_PER_REFRESH),
             tasks,
             tids: Vec::new(),
             listed_ns: 0,
@@ -527,7 +535,9 @@ impl Backend for LinuxBackend {
         let now = monotonic_ns();
         let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
         let listed_recently = now.saturating_sub(self.listed_ns) < list_period_ns(self.tids.len());
-        if full || !unchanged || !listed_recently || self.threads.is_empty() {
+        // The periodic full refresh (names) needs no listing of its own;
+        // the last one, at `finish`, lists so that every thread is named.
+        if (full && self.finishing) || !unchanged || !listed_recently || self.threads.is_empty() {
             if self.tasks.list(&mut self.tids).is_err() {
                 return;
             }
@@ -563,6 +573,7 @@ impl Backend for LinuxBackend {
                     name_stale: false,
                 };
                 t.checked(blocks, now);
+                self.checks.push(t.mask_due_ns, tid);
                 self.threads.insert(tid, t);
                 self.start_timer(tid);
                 let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
@@ -570,6 +581,7 @@ impl Backend for LinuxBackend {
                 added.push(entry);
             }
             registry.add_all(&added);
+            self.checks.compact(self.threads.len(), self.threads.iter().map(|(&tid, t)| (t.mask_due_ns, tid)));
         }
         if full {
             // Another library may have installed its own handler for our
@@ -607,27 +619,29 @@ impl Backend for LinuxBackend {
         // for signals (one read): one that starts blocking it merely leaves
         // a signal pending, which is harmless. A thread seen blocking is
         // checked in full.
-        let mut due: Vec<(u64, u64)> =
-            self.threads.iter().filter(|(_, t)| now >= t.mask_due_ns).map(|(&tid, t)| (t.mask_due_ns, tid)).collect();
-        due.sort_unstable();
         // Threads that have not run since their last check keep its result
         // (idle threads, most of a large process) without a file read.
-        let mut to_check = Vec::with_capacity(MASK_CHECKS_PER_REFRESH);
-        for (_, tid) in due.into_iter().take(CPU_READS_PER_REFRESH) {
+        let mut to_check = std::mem::take(&mut self.to_check);
+        to_check.clear();
+        let mut reads = 0;
+        while reads < CPU_READS_PER_REFRESH && to_check.len() < MASK_CHECKS_PER_REFRESH {
+            let Some((due, tid)) = self.checks.pop_due(now) else { break };
+            if self.threads.get(&tid).is_none_or(|t| t.mask_due_ns != due) {
+                continue; // Gone, or due at another time now.
+            }
+            reads += 1;
             let cpu = clock_ns(timers::thread_cpu_clock(tid));
             let Some(t) = self.threads.get_mut(&tid) else { continue };
             if cpu.is_some() && cpu == t.checked_cpu_ns {
                 t.checked(t.blocks_signal, now);
+                self.checks.push(t.mask_due_ns, tid);
                 continue;
             }
             t.checked_cpu_ns = cpu;
             t.name_stale = true;
             to_check.push(tid);
-            if to_check.len() == MASK_CHECKS_PER_REFRESH {
-                break;
-            }
         }
-        for tid in to_check {
+        for &tid in &to_check {
             let was_blocking = self.threads.get(&tid).is_some_and(|t| t.blocks_signal);
             let blocks = if was_blocking {
                 // Two clear checks in a row before a blocking thread is
@@ -644,6 +658,7 @@ impl Backend for LinuxBackend {
             };
             if let Some(t) = self.threads.get_mut(&tid) {
                 t.checked(blocks, now);
+                self.checks.push(t.mask_due_ns, tid);
                 if blocks {
                     t.timer = None;
                 }
@@ -652,6 +667,7 @@ impl Backend for LinuxBackend {
                 self.start_timer(tid);
             }
         }
+        self.to_check = to_check;
         self.resolve_bounds();
     }
 

@@ -82,6 +82,17 @@ pub fn parse_macho(bytes: &[u8]) -> Option<MachImage> {
     (image.start < image.end).then_some(image)
 }
 
+const MH_EXECUTE: u32 = 2;
+/// `MH_DYLIB_IN_CACHE`: the image lies in the dyld shared cache.
+const MH_DYLIB_IN_CACHE: u32 = 0x8000_0000;
+
+/// Whether an image, by its 64-bit Mach-O header, can never be unloaded:
+/// the main executable, or an image of the dyld shared cache.
+pub fn never_unloaded(header: &[u8]) -> bool {
+    let (Some(filetype), Some(flags)) = (u32_at(header, 12), u32_at(header, 24)) else { return false };
+    filetype == MH_EXECUTE || flags & MH_DYLIB_IN_CACHE != 0
+}
+
 /// Where an image's code and unwind information are, in the file's
 /// (unslid) addresses: what the unwinder reads of a loaded image.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -179,6 +190,18 @@ mod tests {
         assert_eq!(macho_commands_len(&img), Some(img.len()));
         let parsed = parse_macho(&img).unwrap();
         assert_eq!(parsed, MachImage { start: 0x1_0000_0000, end: 0x1_0000_8000, uuid: Some([0xab; 16]) });
+    }
+
+    #[test]
+    fn the_executable_and_shared_cache_images_are_never_unloaded() {
+        let mut img = macho(&[segment("__TEXT", 0x1000, 0x1000)]);
+        assert!(!never_unloaded(&img), "a dylib (filetype 6) loaded from a file");
+        img[12..16].copy_from_slice(&2u32.to_le_bytes());
+        assert!(never_unloaded(&img), "MH_EXECUTE");
+        img[12..16].copy_from_slice(&6u32.to_le_bytes());
+        img[24..28].copy_from_slice(&0x8000_0000u32.to_le_bytes());
+        assert!(never_unloaded(&img), "MH_DYLIB_IN_CACHE");
+        assert!(!never_unloaded(&img[..20]));
     }
 
     #[test]

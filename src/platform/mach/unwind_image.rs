@@ -27,7 +27,10 @@ pub fn code_module(
 ) -> Option<CodeModule> {
     let segment = s.text_segment.clone().filter(|r| r.start < r.end)?;
     let text = segment.start.checked_add(slide)?..segment.end.checked_add(slide)?;
-    let data = |r: &Option<Range<u64>>| r.clone().and_then(&bytes);
+    // Sections are read only inside `__TEXT`, whose whole size is mapped;
+    // a load command that says otherwise gets no bytes.
+    let inside = |r: &Range<u64>| segment.start <= r.start && r.start <= r.end && r.end <= segment.end;
+    let data = |r: &Option<Range<u64>>| r.clone().filter(inside).and_then(&bytes);
     let sections = ExplicitModuleSectionInfo {
         base_svma: segment.start,
         text_svma: s.text.clone(),
@@ -109,6 +112,27 @@ mod tests {
         assert!(code_module("x".into(), &none, 0, |_| None, None).is_none());
         let wraps = UnwindSections { text_segment: Some(0x1000..0x2000), ..Default::default() };
         assert!(code_module("x".into(), &wraps, u64::MAX - 0x1800, |_| None, None).is_none());
+        // A section outside __TEXT is never read.
+        let outside = UnwindSections {
+            text_segment: Some(0x1000..0x2000),
+            unwind_info: Some(0x1f00..0x2100),
+            eh_frame: Some(0x1100..0x1200),
+            ..Default::default()
+        };
+        let asked = std::cell::RefCell::new(Vec::new());
+        let m = code_module(
+            "x".into(),
+            &outside,
+            0,
+            |r| {
+                asked.borrow_mut().push(r);
+                None
+            },
+            None,
+        )
+        .expect("module");
+        assert!(m.sections.unwind_info.is_none());
+        assert_eq!(*asked.borrow(), [0x1100..0x1200, 0x1000..0x2000], "only __eh_frame and __TEXT itself");
     }
 
     /// x86_64, through the sampler's own unwinder: stopped on the first

@@ -2,9 +2,10 @@
 //! `__unwind_info`, `__eh_frame` and code, read where dyld mapped them, and
 //! the executable memory outside every image (JIT code).
 //!
-//! Each image is pinned with a `dlopen(RTLD_NOLOAD)` reference while the
-//! unwinder holds its bytes, so an image the program unloads meanwhile
-//! stays mapped until the session ends. Only the sampler thread runs this,
+//! Each image that can be unloaded is pinned with a `dlopen(RTLD_NOLOAD)`
+//! reference while the unwinder holds its bytes, so an image the program
+//! unloads meanwhile stays mapped until the session ends; the executable
+//! and the shared cache's images never go. Only the sampler thread runs this,
 //! never a stopped window.
 //!
 //! Under the simulated Mach (Linux) the process's code is ELF: its
@@ -29,7 +30,7 @@ mod apple {
     use super::super::modules::for_each_image;
     use super::super::regions;
     use super::super::sys;
-    use crate::platform::mach::macho::parse_unwind_sections;
+    use crate::platform::mach::macho::{never_unloaded, parse_unwind_sections};
     use crate::platform::mach::unwind_image::code_module;
     use crate::sampler::unwind::{ImageBytes, ImagePin};
 
@@ -45,8 +46,8 @@ mod apple {
         }
     }
 
-    /// Pins the image `name` whose header is at `header`, if it is still
-    /// loaded there.
+    /// Pins the image `name` whose header is at `header`, if that image is
+    /// still loaded there.
     fn pin(name: &CStr, header: *const c_void) -> Option<Box<dyn ImagePin>> {
         // SAFETY: RTLD_NOLOAD only takes a reference on an image already loaded.
         let handle = unsafe { sys::dlopen(name.as_ptr(), sys::RTLD_NOW | sys::RTLD_NOLOAD) };
@@ -58,7 +59,12 @@ mod apple {
         let mut info: sys::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: `info` is a valid out-pointer; dladdr only reads dyld's tables.
         let found = unsafe { sys::dladdr(header, &mut info) } != 0;
-        (found && std::ptr::eq(info.dli_fbase as *const c_void, header)).then(|| Box::new(pin) as Box<dyn ImagePin>)
+        // SAFETY: dyld's NUL-terminated path for the image, checked non-null.
+        let same = found
+            && std::ptr::eq(info.dli_fbase as *const c_void, header)
+            && !info.dli_fname.is_null()
+            && unsafe { CStr::from_ptr(info.dli_fname) } == name;
+        same.then(|| Box::new(pin) as Box<dyn ImagePin>)
     }
 
     /// Every loaded image whose `__TEXT` does not start where `known` says
@@ -73,13 +79,17 @@ mod apple {
             if known(start) {
                 return;
             }
-            let pinned = pin(img.path, img.header);
-            let readable = pinned.is_some();
+            // The executable and the shared cache's images stay mapped for
+            // the life of the process; others are pinned while held.
+            let permanent = never_unloaded(img.commands);
+            let pinned = if permanent { None } else { pin(img.path, img.header) };
+            let readable = permanent || pinned.is_some();
             let bytes = |r: Range<u64>| -> Option<ImageBytes> {
                 let (start, len) = (r.start.checked_add(slide)?, r.end.checked_sub(r.start)?);
-                // SAFETY: a section of `__TEXT` of an image that `pinned`
-                // keeps loaded, where dyld mapped it: readable for as long
-                // as the module holds the pin.
+                // SAFETY: a range inside `__TEXT` (see `code_module`) of an
+                // image that is never unloaded or that `pinned` keeps
+                // loaded, where dyld mapped it: readable while the module
+                // holds the pin.
                 readable.then(|| unsafe { std::slice::from_raw_parts(start as *const u8, len as usize) })
             };
             let name = img.path.to_string_lossy().into_owned();

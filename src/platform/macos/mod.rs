@@ -319,27 +319,29 @@ fn capture_stopped(
         Err(_) => return Stopped::StateError,
     };
     let bounds = entry.stack;
-    if depth <= 1 || !bounds.contains(regs.sp) {
+    // The stack's aligned words: [lo, top).
+    let (lo, top) = (bounds.lo.checked_next_multiple_of(8), bounds.hi & !7);
+    let Some(lo) = lo.filter(|&lo| depth > 1 && lo <= regs.sp && regs.sp < top) else {
         return Stopped::RegistersOnly { regs, unknown_stack: depth > 1 };
-    }
-    // [start, end): 8-aligned, inside the thread's stack bounds (which
-    // contain sp), at most the buffer's length.
-    let start = (regs.sp.saturating_sub(RED_ZONE) & !7).max(bounds.lo.next_multiple_of(8));
+    };
+    // [start, end): 8-aligned, inside [lo, top) (which contains sp), at
+    // most the buffer's length.
+    let start = (regs.sp.saturating_sub(RED_ZONE) & !7).max(lo);
     let room = (out.stack.len() as u64).saturating_mul(8);
-    let end = start + (bounds.hi.min(start.saturating_add(room)).saturating_sub(start) & !7);
+    let end = top.min(start.saturating_add(room));
     let words = ((end - start) / 8) as usize;
     // SAFETY: [start, end) lies inside the stack bounds of a thread that is
     // suspended, so its stack stays mapped and unchanged; `out.stack` has
     // room for `words` words (see above) and is the backend's own memory.
     unsafe { std::ptr::copy_nonoverlapping(start as *const u64, out.stack.as_mut_ptr(), words) };
-    let truncated = end < bounds.hi;
+    let truncated = end < top;
     let tail_len = if truncated {
         let read = |a: u64| {
             // SAFETY: `frame_records_above` reads only aligned words inside
-            // [start, bounds.hi), the suspended thread's stack.
+            // [start, top), the suspended thread's stack.
             unsafe { core::ptr::read_volatile(a as *const u64) }
         };
-        frame_records_above(regs.fp, start, end, bounds.hi, read, out.tail)
+        frame_records_above(regs.fp, start, end, top, read, out.tail)
     } else {
         0
     };

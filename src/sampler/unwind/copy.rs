@@ -111,8 +111,8 @@ pub fn outermost_record(
 }
 
 /// For a stack whose copy `[start, end)` was cut below `hi`: follows the
-/// frame-pointer chain from `fp` and keeps the records at or above `end`
-/// in `out`, so the unwinder can continue through frames that keep frame
+/// frame-pointer chain from `fp` and keeps the records that end above
+/// `end` (one may straddle it) in `out`, so the unwinder can continue through frames that keep frame
 /// pointers. Returns how many it kept. Reads (through `read`) only aligned
 /// 16-byte records inside `[start, hi)`, each above the last.
 #[inline(always)]
@@ -131,7 +131,7 @@ pub fn frame_records_above(
             break;
         }
         let (next, ret) = (read(fp), read(fp + 8));
-        if fp >= end {
+        if fp + 16 > end {
             out[n] = [fp, next, ret];
             n += 1;
         }
@@ -229,6 +229,12 @@ mod tests {
         assert_eq!(n, 2);
         assert_eq!(out[0], [at(10), at(20), 0x2222]);
         assert_eq!(out[1], [at(20), at(4), 0x3333]);
+        // A record the cut goes through is kept: its return address is
+        // above the copy.
+        let n = frame_records_above(at(4), base, at(11), base + 8 * 32, read, &mut out);
+        assert_eq!(out[..n], [[at(10), at(20), 0x2222], [at(20), at(4), 0x3333]]);
+        let copy = StackCopy { start: base, words: &words[..11], truncated: true, tail: &out[..n], holes: &[] };
+        assert_eq!((copy.read(at(10)), copy.read(at(10) + 8)), (Some(at(20)), Some(0x2222)));
         // A misaligned or out-of-bounds start records nothing.
         assert_eq!(frame_records_above(at(4) + 1, base, at(8), base + 8 * 32, read, &mut out), 0);
         assert_eq!(frame_records_above(base + 8 * 40, base, at(8), base + 8 * 32, read, &mut out), 0);

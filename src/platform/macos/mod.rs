@@ -38,7 +38,9 @@ use crate::platform::mach::first_frame::{insert_caller, leaf_caller, top_of_stac
 use crate::platform::mach::kern::{self, suspend_skip_reason, IntoResult, KernelError};
 use crate::platform::mach::rescan::{merge_rescan, pick_main_tid, sync_session, FoundThread};
 use crate::platform::mach::{pac, refusal, time};
-use crate::sampler::backend::{Backend, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS};
+use crate::sampler::backend::{
+    Backend, BackendCounters, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS,
+};
 use crate::sampler::error::SamplerError;
 use crate::sampler::options::MAX_STACK_DEPTH_MAX;
 use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
@@ -725,6 +727,11 @@ impl Backend for MachBackend {
                 frame_words: &self.words,
             }));
         }
+    }
+
+    fn backend_counters(&self) -> BackendCounters {
+        let bytes = std::mem::size_of_val(&*self.stack) + std::mem::size_of_val(&*self.tail);
+        BackendCounters { capture_buffer_bytes: bytes as u64, ..BackendCounters::default() }
     }
 
     fn set_frame_pointer_code(&mut self, ranges: Vec<std::ops::Range<u64>>) {

@@ -95,11 +95,21 @@ pub fn list_threads(out: &mut Vec<u64>) -> std::io::Result<()> {
 }
 
 /// Reads a small `/proc` file into `buf`. Returns false if it is gone.
+///
+/// Not `read_to_end`: that asks for the file's size and position first
+/// (`statx`, `lseek`), which `/proc` answers with 0, and the sampler thread
+/// reads such files often.
 fn read_small(path: &str, buf: &mut Vec<u8>) -> bool {
     buf.clear();
-    match fs::File::open(path) {
-        Ok(mut f) => f.read_to_end(buf).is_ok(),
-        Err(_) => false,
+    let Ok(mut f) = fs::File::open(path) else { return false };
+    let mut chunk = [0u8; 1024];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => return true,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
     }
 }
 

@@ -23,7 +23,12 @@ main(async (o, c) => {
   })
   const results = [...r.stdout.matchAll(/test result: (\w+)\. (\d+) passed; (\d+) failed/g)]
   const passed = results.length === 2 && results.every((m) => m[1] === 'ok' && m[3] === '0')
-  c.ok(r.code === 0 && passed, `cargo test --test walker_fuzz --test unwind_fuzz: ${describe(r)}\n${r.stdout.slice(-3000)}`)
+  // A failed property names its case in the panic message, which the
+  // stderr's tail (a backtrace) does not reach: keep each panic whole.
+  const panics = [...(r.stderr + r.stdout).matchAll(/^thread '[^']*'(?: \(\d+\))? panicked at [^\n]*\n(?:(?!\s*stack backtrace:|note: )[^\n]*\n){0,60}/gm)]
+    .map((m) => m[0].slice(0, 6000))
+    .join('\n')
+  c.ok(r.code === 0 && passed, `cargo test --test walker_fuzz --test unwind_fuzz: ${describe(r)}\n${panics}\n${r.stdout.slice(-3000)}`)
   let total = 0
   const lines = []
   for (const m of (r.stderr + r.stdout).matchAll(/^(.*?): (\d+) (cases|walks)(.*)$/gm)) {

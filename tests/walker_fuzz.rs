@@ -418,25 +418,32 @@ fn check(c: &Case, ends: &Ends) -> Result<(), TestCaseError> {
         prop_assert_eq!(walk, want, "walker and model disagree");
         prop_assert_eq!(&out[..walk.depth], &frames[..], "frames differ from the model");
 
-        // The same walk with the signal handler's visitor (V8 frame words
-        // below each frame pointer, `v8::slots::read`): identical result,
-        // one visit per recorded frame in order with the model's frame
-        // pointer, and every word it reads lies inside the bounds (a read
-        // outside faults on a guard page or returns poison).
+        // The same walk with a visitor that takes V8's frame words below
+        // each frame pointer (`v8::slots::words_below`) from the live stack,
+        // where it lies inside the bounds: identical result, one visit per
+        // recorded frame in order with the model's frame pointer, and every
+        // word it reads lies inside the bounds (a read outside faults on a
+        // guard page or returns poison).
         let mut out2 = vec![SENTINEL; c.out_len];
         let mut visits: Vec<(usize, u64)> = Vec::new();
         let mut poisoned = None;
+        let mut words = Vec::new();
+        let live = |a: u64| {
+            let inside = a >= r.bounds.lo && a.checked_add(8).is_some_and(|e| e <= r.bounds.hi) && a.is_multiple_of(8);
+            // SAFETY: the 8 aligned bytes at `a` lie inside the bounds,
+            // which are readable memory of this test.
+            inside.then(|| unsafe { (a as *const u64).read_volatile() })
+        };
         let walk2 = walk_stack_visit(&r.regs, r.bounds, c.max_depth, &mut out2, &mut |i, fp| {
-            let mut words = [0u64; slots::WORDS];
-            slots::read(fp, r.bounds, &mut words);
-            if let Some(w) = words.iter().find(|w| (POISON..POISON + WORDS as u64).contains(w)) {
+            slots::words_below(&[fp], live, &mut words);
+            if let Some(w) = words[0].iter().find(|w| (POISON..POISON + WORDS as u64).contains(w)) {
                 poisoned = Some((i, fp, *w));
             }
             visits.push((i, fp));
         });
         prop_assert_eq!(walk2, walk, "walk_stack_visit differs from walk_stack");
         prop_assert_eq!(&out2[..], &out[..], "walk_stack_visit wrote other frames");
-        prop_assert!(poisoned.is_none(), "slots::read returned a word from outside the bounds: {:?}", poisoned);
+        prop_assert!(poisoned.is_none(), "slots::words_below returned a word from outside the bounds: {:?}", poisoned);
         prop_assert_eq!(visits.len(), walk.depth, "one visit per recorded frame");
         for (k, &(i, fp)) in visits.iter().enumerate() {
             prop_assert_eq!(i, k, "visits in order");

@@ -8,8 +8,8 @@
 //! pointer: the BytecodeArray (a tagged pointer) and the bytecode offset (a
 //! Smi), and reports `array + offset` (`src/profiler/tick-sample.cc`). Those
 //! offsets and the Smi encoding depend on the V8 version and build, so the
-//! handler reads a few candidate words below every frame pointer, cheaply,
-//! and the sampler learns which layout this V8 uses by comparing with what
+//! sampler takes a few candidate words below every frame pointer from the
+//! stack copy, cheaply, and learns which layout this V8 uses by comparing with what
 //! `GetStackSample` reported for the same frames. Once a layout has matched
 //! on enough samples and never failed, the handler stops calling
 //! `GetStackSample`. Compiled frames need nothing of the kind: their pcs
@@ -19,40 +19,32 @@
 //! encoding (32-bit shift in Node's builds, 1-bit with pointer compression,
 //! as in Electron's). If no candidate layout agrees with `GetStackSample`
 //! after [`GIVE_UP_AFTER`] interpreted frames, learning fails for good:
-//! [`read`] then reads nothing, `GetStackSample` is no longer called, and
+//! [`words_below`] then gives nothing, `GetStackSample` is no longer called, and
 //! only compiled code is named (from the code events).
 //!
-//! Reading the words is safe: only inside the thread's stack bounds, and
-//! the values are never dereferenced, only looked up in the code map.
+//! The words come from the stack copy made in the stopped window, so
+//! reading them cannot fault; the values are never dereferenced, only
+//! looked up in the code map.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-
-use crate::sampler::walker::StackBounds;
 
 /// Offsets below the frame pointer read for every frame.
 pub const OFFSETS: [u64; 4] = [24, 32, 40, 48];
 pub const WORDS: usize = OFFSETS.len();
 const _: () = assert!(WORDS == crate::sampler::backend::FRAME_WORDS);
 
-/// Reads the words at `fp - OFFSETS[i]` that lie within `bounds`, 0 for
-/// the others; all 0 once learning has [`failed`]. Async-signal-safe.
-#[inline]
-pub fn read(fp: u64, bounds: StackBounds, out: &mut [u64; WORDS]) {
-    if failed() {
-        *out = [0; WORDS];
-        return;
-    }
-    for (slot, &off) in out.iter_mut().zip(&OFFSETS) {
-        *slot = match fp.checked_sub(off) {
-            Some(at) if at >= bounds.lo && at.checked_add(8).is_some_and(|end| end <= bounds.hi) && at & 7 == 0 => {
-                // SAFETY: the 8 bytes at `at` lie within `bounds`, which the
-                // caller guarantees is the thread's mapped stack, and `at`
-                // is aligned.
-                unsafe { core::ptr::read_volatile(at as *const u64) }
-            }
-            _ => 0,
-        };
-    }
+/// For each frame pointer in `fps`, the words at `fp - OFFSETS[i]` as
+/// `read` answers them from a copy of the stack (0 where it has none),
+/// into `out`; all 0 once learning has [`failed`].
+pub fn words_below(fps: &[u64], read: impl Fn(u64) -> Option<u64>, out: &mut Vec<[u64; WORDS]>) {
+    out.clear();
+    let failed = failed();
+    out.extend(fps.iter().map(|&fp| {
+        if failed {
+            return [0; WORDS];
+        }
+        OFFSETS.map(|off| fp.checked_sub(off).and_then(&read).unwrap_or(0))
+    }));
 }
 
 /// Which words hold the array and the offset, and how a Smi is encoded.
@@ -210,6 +202,7 @@ impl Learner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::unwind::StackCopy;
     use std::sync::{Mutex, MutexGuard};
 
     /// The learned layout is process-wide: tests that set it take turns,
@@ -244,22 +237,17 @@ mod tests {
     }
 
     #[test]
-    fn reads_only_inside_bounds() {
+    fn reads_only_what_the_copy_holds() {
         let _turn = turn();
         let stack = [11u64, 22, 33, 44, 55, 66, 77, 88];
-        let base = stack.as_ptr() as u64;
-        let bounds = StackBounds::new(base + 8, base + 64);
-        let mut out = [9u64; WORDS];
-        // fp at word 7: reads words 4, 3, 2, 1 (offsets 24..48).
-        read(base + 56, bounds, &mut out);
-        assert_eq!(out, [55, 44, 33, 22]);
-        // fp at word 5: word 0 would be at base, below the bounds.
-        read(base + 40, bounds, &mut out);
-        assert_eq!(out, [33, 22, 0, 0]);
-        read(0, bounds, &mut out);
-        assert_eq!(out, [0; WORDS]);
-        read(u64::MAX, bounds, &mut out);
-        assert_eq!(out, [0; WORDS]);
+        let base = 0x1000;
+        // A copy of words 1..8.
+        let copy = StackCopy::whole(base + 8, &stack[1..]);
+        let mut out = vec![[9u64; WORDS]];
+        // fp at word 7: reads words 4, 3, 2, 1 (offsets 24..48); fp at
+        // word 5: word 0 would be at base, below the copy.
+        words_below(&[base + 56, base + 40, 0, u64::MAX], |a| copy.read(a), &mut out);
+        assert_eq!(out, [[55, 44, 33, 22], [33, 22, 0, 0], [0; WORDS], [0; WORDS]]);
     }
 
     #[test]
@@ -309,7 +297,7 @@ mod tests {
         let mut l = Learner::new();
         let array = 0x4000_0001u64;
         let stack = [11u64, 22, 33, 44, 55, 66, 77, 88];
-        let bounds = StackBounds::new(stack.as_ptr() as u64, stack.as_ptr() as u64 + 64);
+        let copy = StackCopy::whole(0x1000, &stack);
         let mut i = 0u64;
         while !failed() {
             // Words that decode to something, never what V8 reported.
@@ -321,9 +309,9 @@ mod tests {
         assert_eq!(i, GIVE_UP_AFTER as u64);
         assert_eq!(learned(), None);
         // No more reads, and no later evidence revives it.
-        let mut out = [9u64; WORDS];
-        read(stack.as_ptr() as u64 + 56, bounds, &mut out);
-        assert_eq!(out, [0; WORDS]);
+        let mut out = Vec::new();
+        words_below(&[0x1000 + 56], |a| copy.read(a), &mut out);
+        assert_eq!(out, [[0; WORDS]]);
         let words = [0, array, 3 << 32, 0];
         for _ in 0..CONFIRMATIONS {
             l.observe(&[words], &[array + 3], &|_| false);

@@ -15,6 +15,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use crate::sampler::unwind::large_frames::MAX_HOLES;
 use crate::sampler::unwind::{Hole, TailRecord};
 
 /// Bytes of stack copied per sample, at most.
@@ -24,8 +25,6 @@ pub const COPY_BYTES: usize = 48 * 1024;
 pub const POPULATED_COPY_BYTES: usize = 16 * 1024;
 /// Frame records kept above a copy that was cut.
 pub const TAIL_RECORDS: usize = 256;
-/// Ranges a copy may skip inside large frames.
-pub const MAX_HOLES: usize = 8;
 /// Frames V8's `GetStackSample` may report.
 pub const RUNTIME_FRAMES: usize = 128;
 

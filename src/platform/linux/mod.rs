@@ -21,7 +21,6 @@
 pub mod capture;
 mod check_queue;
 pub mod code;
-pub mod large_frames;
 pub mod modules;
 pub mod procfs;
 pub mod signal;
@@ -35,7 +34,7 @@ use crate::sampler::backend::{
 };
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-use crate::sampler::unwind::{outermost_record, StackCopy, StackEnd, Unwinder, Unwound};
+use crate::sampler::unwind::{lesson, StackCopy, StackEnd, Unwinder, Unwound};
 use crate::sampler::walker::{Registers, StackBounds};
 
 use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_ROOT, FLAG_TRUNCATED};
@@ -83,10 +82,6 @@ const MAPS_PERIOD_NS: u64 = 20_000_000;
 
 /// How long `finish` waits for handlers that were already running.
 const FINISH_GRACE_NS: u64 = 1_000_000;
-
-/// Bytes copied above the last word a complete unwind read, when a copy
-/// ends at the thread's learned stack root.
-const ROOT_MARGIN: u64 = 64;
 
 /// Threads seen asleep in a signal wait, never signalled again. Kept
 /// across sessions; a thread is forgotten when a listing shows it gone (a
@@ -382,30 +377,23 @@ impl LinuxBackend {
         }
     }
 
-    /// Keeps what the handler knows of the thread's stack right: copies
-    /// skip no more holes once one was needed, the root is forgotten when a
-    /// copy cut there was too short, and learned from a whole copy unwound
-    /// to the root. See `signal::ThreadSlot::learn_root`.
-    fn learn_root(&self, slot: &signal::ThreadSlot, d: &capture::RecordData, copy: &StackCopy<'_>, end: StackEnd) {
-        const WHOLE: u32 = FLAG_FOREIGN_STACK | FLAG_NO_COPY | FLAG_TRUNCATED | FLAG_TO_ROOT;
-        if d.flags & (FLAG_FOREIGN_STACK | FLAG_NO_COPY) == 0 {
-            large_frames::learn(&self.unwound.frames, &self.unwound.fps, |a| copy.read(a));
+    /// Keeps what the handler knows of the thread's stack right, by the
+    /// rules of `sampler::unwind::lesson`. See `signal::ThreadSlot::learn_root`.
+    fn learn_stack(&self, slot: &signal::ThreadSlot, d: &capture::RecordData, copy: &StackCopy<'_>, end: StackEnd) {
+        if d.flags & (FLAG_FOREIGN_STACK | FLAG_NO_COPY) != 0 {
+            // Not the thread's own stack: nothing to learn about it.
+            return;
         }
-        if d.hole_len > 0 && end == StackEnd::TruncatedCopy {
+        let cut_at_root = d.flags & FLAG_TO_ROOT != 0;
+        let l = lesson(copy, d.fp, cut_at_root, slot.knows_root(), end, &self.unwound);
+        if l.copy_whole {
             slot.copy_densely();
         }
-        if d.flags & FLAG_TO_ROOT != 0 {
-            if !matches!(end, StackEnd::Root | StackEnd::DepthLimit) {
-                slot.forget_root();
-            }
-        } else if end == StackEnd::Root && d.flags & WHOLE == 0 && !slot.knows_root() {
-            let highest = self.unwound.highest_read;
-            if let Some(record) = outermost_record(d.fp, copy.start, copy.end(), |a| copy.read(a), |_| {}) {
-                if highest >= record {
-                    // Up to the last word read, and a little more.
-                    slot.learn_root(record, (highest + 8 - record).next_multiple_of(16) + ROOT_MARGIN);
-                }
-            }
+        if l.forget_root {
+            slot.forget_root();
+        }
+        if let Some((record, extent)) = l.learn_root {
+            slot.learn_root(record, extent);
         }
     }
 
@@ -463,18 +451,13 @@ impl LinuxBackend {
         if d.pc == 0 {
             end = StackEnd::NoPc;
         }
-        self.learn_root(slot, d, &copy, end);
+        self.learn_stack(slot, d, &copy, end);
         // Words below each frame pointer, and the word at sp, for V8.
         self.words.clear();
         let js = crate::v8::thread_registered(tid);
         if js && copy_words > 0 {
-            for &fp in self.unwound.fps.iter().take(capture::RUNTIME_FRAMES * 2) {
-                let mut w = [0u64; FRAME_WORDS];
-                for (slot, &off) in w.iter_mut().zip(&crate::v8::slots::OFFSETS) {
-                    *slot = fp.checked_sub(off).and_then(|a| copy.read(a)).unwrap_or(0);
-                }
-                self.words.push(w);
-            }
+            let fps = &self.unwound.fps[..self.unwound.fps.len().min(capture::RUNTIME_FRAMES * 2)];
+            crate::v8::slots::words_below(fps, |a| copy.read(a), &mut self.words);
         }
         let tos = if js { copy.read(d.sp).unwrap_or(0) } else { 0 };
         let runtime = &d.runtime[..(d.runtime_len as usize).min(d.runtime.len())];

@@ -33,11 +33,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::Mutex;
 
 use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY};
-use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, MAX_HOLES, RUNTIME_FRAMES};
-use super::large_frames;
+use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, RUNTIME_FRAMES};
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
-use crate::sampler::unwind::{frame_records_above, outermost_record};
+use crate::sampler::unwind::{frame_records_above, large_frames};
 use crate::sampler::walker::Registers;
 
 const CHUNK_SLOTS: usize = 64;
@@ -51,12 +50,6 @@ pub const MAX_SLOTS: usize = CHUNK_SLOTS * MAX_CHUNKS;
 const RED_ZONE: u64 = 128;
 #[cfg(not(target_arch = "x86_64"))]
 const RED_ZONE: u64 = 0;
-
-/// In a large frame (see [`large_frames`]) a copy keeps this much above
-/// the callee's frame record (arguments passed on the stack)...
-const KEEP_ABOVE_RECORD: u64 = 128;
-/// ...and this much below the frame's own record (V8's frame slots).
-const KEEP_BELOW_RECORD: u64 = 128;
 
 /// One thread's registration with the handler. Cache-line aligned so
 /// handlers on different CPUs do not share lines.
@@ -465,26 +458,13 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         let mut end = hi.min(start.saturating_add(COPY_BYTES as u64));
         let root = slot.root.load(Ordering::Acquire);
         let dense = slot.dense.load(Ordering::Acquire);
-        let (mut holes, mut below) = (0usize, 0u64);
         let read = |a: u64| {
-            // SAFETY: `outermost_record` reads only aligned words of whole
-            // records inside [start, end), a part of this thread's own
-            // stack (see below).
-            Some(unsafe { (a as *const u64).read_volatile() })
+            // SAFETY: `plan_copy` and `frame_records_above` read only
+            // aligned words inside [start, hi), this thread's own stack
+            // (see below).
+            unsafe { (a as *const u64).read_volatile() }
         };
-        let visit = |record: u64| {
-            if below != 0 && !dense && holes < MAX_HOLES && record - below >= large_frames::MIN_SPAN {
-                // SAFETY: `below` is a record `outermost_record` accepted:
-                // 16 aligned bytes inside [start, end) (see below).
-                let ra = unsafe { ((below + 8) as *const u64).read_volatile() };
-                if large_frames::contains(ra) {
-                    d.holes[holes] = [below + 16 + KEEP_ABOVE_RECORD, record - KEEP_BELOW_RECORD];
-                    holes += 1;
-                }
-            }
-            below = record;
-        };
-        let outermost = outermost_record(regs.fp, start, end, read, visit);
+        let (outermost, holes) = large_frames::plan_copy(regs.fp, start, end, dense, read, &mut d.holes);
         if root != 0 {
             let (record, extent) = (root >> 16, root & 0xffff);
             if outermost == Some(record) && record + extent < end {
@@ -492,35 +472,18 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
                 d.flags |= FLAG_TO_ROOT;
             }
         }
-        // The holes lie between records of the chain, inside [start, end),
-        // ascending and 8-aligned (records are).
-        let mut words = 0usize;
-        let mut from = start;
-        for i in 0..=holes {
-            let to = if i < holes { d.holes[i][0] } else { end };
-            let n = ((to - from) / 8) as usize;
-            // SAFETY: [from, to) lies inside [lo, hi), the stack this very
-            // thread is running on (its control block is still `tcb`, at
-            // the top of that stack block), so every byte is mapped and
-            // readable; the destination is the record this handler owns,
-            // and the segments together are at most `end - start` bytes,
-            // which fit its buffer.
-            unsafe { ptr::copy_nonoverlapping(from as *const u64, d.stack.as_mut_ptr().add(words), n) };
-            words += n;
-            if i < holes {
-                from = d.holes[i][1];
-            }
-        }
+        // SAFETY: [start, end) lies inside [lo, hi), the stack this very
+        // thread is running on (its control block is still `tcb`, at the
+        // top of that stack block), so every byte is mapped and readable;
+        // the holes lie below the outermost record, inside [start, end);
+        // the destination is the record this handler owns, whose buffer
+        // holds `COPY_BYTES`, at least `end - start`.
+        let words = unsafe { large_frames::copy_around(start, end, &d.holes[..holes], d.stack.as_mut_ptr()) };
         d.hole_len = holes as u32;
         d.copy_start = start;
         d.copy_words = words as u32;
         if end < hi && d.flags & FLAG_TO_ROOT == 0 {
             d.flags |= FLAG_TRUNCATED;
-            let read = |a: u64| {
-                // SAFETY: `frame_records_above` reads only aligned words
-                // inside [start, hi), this thread's own stack (see above).
-                unsafe { (a as *const u64).read_volatile() }
-            };
             d.tail_len = frame_records_above(regs.fp, start, end, hi, read, &mut d.tail) as u32;
         }
         return true;

@@ -83,6 +83,16 @@ mod tests {
         (module, at)
     }
 
+    /// As [`load`], for the fixture of `arch`; without its unwind tables
+    /// unless `with_tables`.
+    fn load_fixture(arch: &str, slide: u64, with_tables: bool) -> (CodeModule, impl Fn(&str) -> u64) {
+        let (mut m, at) = load(fixture(arch), slide);
+        if !with_tables {
+            m.sections = ExplicitModuleSectionInfo { base_svma: m.sections.base_svma, ..Default::default() };
+        }
+        (m, at)
+    }
+
     #[test]
     fn finds_the_unwind_sections_of_zig_built_dylibs() {
         for arch in ["arm64", "x86_64"] {
@@ -149,10 +159,7 @@ mod tests {
 
         let slide = 0x5_0000_0000;
         let unwind = |with_tables: bool| {
-            let (mut m, at) = load(fixture("x86_64"), slide);
-            if !with_tables {
-                m.sections = ExplicitModuleSectionInfo { base_svma: m.sections.base_svma, ..Default::default() };
-            }
+            let (m, at) = load_fixture("x86_64", slide, with_tables);
             let (beta, alpha, delta) = (at("_local_beta"), at("_exported_alpha"), at("_exported_delta"));
             // Return addresses: after each `call` (5 bytes, at +4).
             let (in_alpha, in_delta) = (alpha + 9, delta + 9);
@@ -183,10 +190,7 @@ mod tests {
 
         let slide = 0x1_2000_0000;
         let unwind = |with_tables: bool| {
-            let (mut m, at) = load(fixture("arm64"), slide);
-            if !with_tables {
-                m.sections = ExplicitModuleSectionInfo { base_svma: m.sections.base_svma, ..Default::default() };
-            }
+            let (m, at) = load_fixture("arm64", slide, with_tables);
             let (beta, alpha, delta) = (at("_local_beta"), at("_exported_alpha"), at("_exported_delta"));
             // Return addresses: after each `bl` (at +8).
             let (in_alpha, in_delta) = (alpha + 0xc, delta + 0xc);

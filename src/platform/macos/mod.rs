@@ -46,8 +46,10 @@ use crate::sampler::options::MAX_STACK_DEPTH_MAX;
 use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
 use crate::sampler::stopped_window::StoppedWindow;
 use crate::sampler::timebase::Timebase;
-use crate::sampler::unwind::{frame_records_above, StackCopy, StackEnd, TailRecord, Unwinder, Unwound};
+use crate::sampler::unwind::large_frames::{self, MAX_HOLES};
+use crate::sampler::unwind::{frame_records_above, lesson, Hole, StackCopy, StackEnd, TailRecord, Unwinder, Unwound};
 use crate::sampler::walker::{strip_pointer_tag, Registers};
+use rustc_hash::FxHashMap;
 
 use hook::{EXITS, RELEASES, SAMPLER_ACTIVE};
 
@@ -253,16 +255,32 @@ struct Extent {
     truncated: bool,
     /// Frame records above the copy, in `tail`.
     tail_len: usize,
+    /// The copy ends just above the thread's learned root (see
+    /// `sampler::unwind::root_extent`).
+    to_root: bool,
+    /// Middles of large frames left out (see `sampler::unwind::large_frames`).
+    holes: [Hole; MAX_HOLES],
+    hole_len: usize,
+}
+
+/// What complete unwinds taught about a thread's stack, for its next copies.
+#[derive(Clone, Copy, Debug, Default)]
+struct KnownStack {
+    /// Its outermost frame record and the bytes above it that an unwind
+    /// needs (see `sampler::unwind::root_extent`).
+    root: Option<(u64, u64)>,
+    /// A left-out large frame turned out to be needed: copy everything.
+    whole: bool,
 }
 
 impl Extent {
-    fn of<'a>(self, stack: &'a [u64], tail: &'a [TailRecord]) -> StackCopy<'a> {
+    fn of<'a>(&'a self, stack: &'a [u64], tail: &'a [TailRecord]) -> StackCopy<'a> {
         StackCopy {
             start: self.start,
             words: &stack[..self.words.min(stack.len())],
             truncated: self.truncated,
             tail: &tail[..self.tail_len.min(tail.len())],
-            holes: &[],
+            holes: &self.holes[..self.hole_len.min(MAX_HOLES)],
         }
     }
 }
@@ -308,6 +326,7 @@ fn capture_stopped(
     entry: &ThreadEntry,
     depth: usize,
     exits_epoch: usize,
+    known: KnownStack,
     out: Buffers<'_>,
 ) -> Stopped {
     if EXITS.may_have_exited(entry.tid, exits_epoch) {
@@ -330,23 +349,33 @@ fn capture_stopped(
     // most the buffer's length.
     let start = (regs.sp.saturating_sub(RED_ZONE) & !7).max(lo);
     let room = (out.stack.len() as u64).saturating_mul(8);
-    let end = top.min(start.saturating_add(room));
-    let words = ((end - start) / 8) as usize;
-    // SAFETY: [start, end) lies inside the stack bounds of a thread that is
-    // suspended, so its stack stays mapped and unchanged; `out.stack` has
-    // room for `words` words (see above) and is the backend's own memory.
-    unsafe { std::ptr::copy_nonoverlapping(start as *const u64, out.stack.as_mut_ptr(), words) };
-    let truncated = end < top;
-    let tail_len = if truncated {
-        let read = |a: u64| {
-            // SAFETY: `frame_records_above` reads only aligned words inside
-            // [start, top), the suspended thread's stack.
-            unsafe { core::ptr::read_volatile(a as *const u64) }
-        };
-        frame_records_above(regs.fp, start, end, top, read, out.tail)
-    } else {
-        0
+    let mut end = top.min(start.saturating_add(room));
+    let read = |a: u64| {
+        // SAFETY: `plan_copy` and `frame_records_above` read only aligned
+        // words inside [start, top), the suspended thread's stack.
+        unsafe { core::ptr::read_volatile(a as *const u64) }
     };
+    let mut holes = [[0u64; 2]; MAX_HOLES];
+    let (outermost, hole_len) = large_frames::plan_copy(regs.fp, start, end, known.whole, read, &mut holes);
+    // Where the frame-pointer chain ends at the thread's learned first
+    // record, the copy ends just above it: what lies higher is the thread's
+    // entry, the same at every sample.
+    let mut to_root = false;
+    if let Some((record, extent)) = known.root {
+        if outermost == Some(record) && record.checked_add(extent).is_some_and(|e| e < end) {
+            end = (record + extent) & !7;
+            to_root = true;
+        }
+    }
+    // SAFETY: [start, end) lies inside the stack bounds of a thread that is
+    // suspended, so its stack stays mapped and unchanged; the holes lie
+    // below the outermost record, inside [start, end); `out.stack` has room
+    // for `(end - start) / 8` words (see above) and is the backend's own
+    // memory.
+    let words = unsafe { large_frames::copy_around(start, end, &holes[..hole_len], out.stack.as_mut_ptr()) };
+    let truncated = end < top;
+    let tail_len =
+        if truncated && !to_root { frame_records_above(regs.fp, start, end, top, read, out.tail) } else { 0 };
     let js_thread = JS_FRAMES.load(Ordering::Acquire) && crate::v8::thread_registered(entry.tid);
     let js_count = if js_thread && crate::v8::slots::learned().is_none() {
         let limit = depth.min(out.js.len());
@@ -354,7 +383,7 @@ fn capture_stopped(
     } else {
         0
     };
-    Stopped::Copied { regs, copy: Extent { start, words, truncated, tail_len }, js_count }
+    Stopped::Copied { regs, copy: Extent { start, words, truncated, tail_len, to_root, holes, hole_len }, js_count }
 }
 
 pub struct MachBackend {
@@ -376,6 +405,8 @@ pub struct MachBackend {
     frame_pointer_code: Vec<std::ops::Range<u64>>,
     /// Words below each frame pointer of a JavaScript thread's stack.
     words: Vec<[u64; FRAME_WORDS]>,
+    /// What complete unwinds taught about each thread's stack.
+    stacks: FxHashMap<u64, KnownStack>,
     /// Scratch: the hook table's live entries, sorted by tid.
     tracked: Vec<ThreadEntry>,
     /// Scratch for `sync_session` and rescans.
@@ -411,6 +442,7 @@ impl MachBackend {
             code_read_ns: 0,
             frame_pointer_code: Vec::new(),
             words: Vec::with_capacity(JS_FRAMES_MAX),
+            stacks: FxHashMap::default(),
             tracked: Vec::with_capacity(64),
             scratch: Vec::with_capacity(64),
             found: Vec::with_capacity(64),
@@ -455,6 +487,7 @@ impl MachBackend {
     fn note_gone(&mut self, tid: u64, port: u32) {
         // Outside the window: pushing may allocate.
         self.gone.push((tid, port));
+        self.stacks.remove(&tid);
     }
 
     /// Takes in images loaded and JIT code mapped since the last look, at
@@ -499,6 +532,21 @@ impl MachBackend {
         match self.unwinder.as_mut() {
             Some(u) => u.unwind(regs, &copy, depth, &mut self.unwound),
             None => StackEnd::CopyFailed,
+        }
+    }
+
+    /// Keeps what is known of the thread's stack right, by the rules of
+    /// `sampler::unwind::lesson`.
+    fn learn_stack(&mut self, tid: u64, regs: Registers, copy: &Extent, end: StackEnd) {
+        let c = copy.of(&self.stack, &self.tail);
+        let known = self.stacks.entry(tid).or_default();
+        let l = lesson(&c, regs.fp, copy.to_root, known.root.is_some(), end, &self.unwound);
+        known.whole |= l.copy_whole;
+        if l.forget_root {
+            known.root = None;
+        }
+        if l.learn_root.is_some() {
+            known.root = l.learn_root;
         }
     }
 
@@ -586,6 +634,9 @@ impl Backend for MachBackend {
             }
         });
         if full {
+            // What was learned of threads that have gone.
+            let tracked = &self.tracked;
+            self.stacks.retain(|tid, _| tracked.binary_search_by_key(tid, |e| e.tid).is_ok());
             // Threads name themselves after they start.
             for e in &self.tracked {
                 if let Some(n) = threads::name(e.handle as u32) {
@@ -637,6 +688,7 @@ impl Backend for MachBackend {
                 sink(Capture::Skipped { tid, reason: SkipReason::Gone });
                 continue;
             }
+            let known = self.stacks.get(&tid).copied().unwrap_or_default();
             let t0 = now_ticks();
             let stopped = match Suspended::new(port) {
                 Ok(s) => s,
@@ -652,13 +704,17 @@ impl Backend for MachBackend {
             stopped._window.fault_injection_point();
             let stopped_at = now_ticks();
             let out = Buffers { stack: &mut self.stack, tail: &mut self.tail, js: &mut self.js_frames };
-            let outcome = capture_stopped(port, entry, depth, self.exits_epoch, out);
+            let outcome = capture_stopped(port, entry, depth, self.exits_epoch, known, out);
             drop(stopped);
             let t1 = now_ticks();
             let (time_ns, stopped_ns) = (tb.ticks_to_ns(stopped_at), time::elapsed_ns(&tb, t0, t1));
 
             let (regs, end, copy, js_count) = match outcome {
-                Stopped::Copied { regs, copy, js_count } => (regs, self.unwind(regs, copy, depth), copy, js_count),
+                Stopped::Copied { regs, copy, js_count } => {
+                    let end = self.unwind(regs, copy, depth);
+                    self.learn_stack(tid, regs, &copy, end);
+                    (regs, end, copy, js_count)
+                }
                 Stopped::RegistersOnly { regs, unknown_stack } => {
                     self.unwound.frames.clear();
                     self.unwound.fps.clear();
@@ -700,13 +756,8 @@ impl Backend for MachBackend {
             let js = JS_FRAMES.load(Ordering::Acquire) && crate::v8::thread_registered(tid);
             let mut tos = 0;
             if js && copied_words > 0 {
-                for &fp in self.unwound.fps.iter().take(JS_FRAMES_MAX) {
-                    let mut w = [0u64; FRAME_WORDS];
-                    for (slot, &off) in w.iter_mut().zip(&crate::v8::slots::OFFSETS) {
-                        *slot = fp.checked_sub(off).and_then(|a| copy.read(a)).unwrap_or(0);
-                    }
-                    self.words.push(w);
-                }
+                let fps = &self.unwound.fps[..self.unwound.fps.len().min(JS_FRAMES_MAX)];
+                crate::v8::slots::words_below(fps, |a| copy.read(a), &mut self.words);
                 tos = top_of_stack_word(Arch::HOST, regs.lr, || {
                     copy.read(regs.sp).map(|w| strip_pointer_tag(w) & self.address_mask).unwrap_or(0)
                 });

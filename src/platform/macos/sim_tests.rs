@@ -71,6 +71,17 @@ fn spin_deep(depth: u32, stop: &AtomicBool) -> u64 {
     black_box(spin_deep(depth - 1, stop)) + 1
 }
 
+/// A frame with 16 KiB of locals between two frame records (libuv's poll
+/// loop keeps 32 KiB of `kevent`s there on macOS), above `spin_deep`.
+#[inline(never)]
+fn spin_under_a_large_frame(depth: u32, stop: &AtomicBool) -> u64 {
+    let mut events = [0u8; 16384];
+    black_box(&mut events);
+    let x = spin_deep(depth, stop);
+    black_box(&events);
+    x
+}
+
 struct Busy {
     stop: Arc<AtomicBool>,
     tid: Arc<AtomicU64>,
@@ -78,12 +89,17 @@ struct Busy {
 }
 
 fn busy() -> Busy {
+    busy_in(spin_deep)
+}
+
+/// A thread spinning in `spin(12, stop)`.
+fn busy_in(spin: fn(u32, &AtomicBool) -> u64) -> Busy {
     let stop = Arc::new(AtomicBool::new(false));
     let tid = Arc::new(AtomicU64::new(0));
     let (s, t) = (stop.clone(), tid.clone());
     let handle = std::thread::spawn(move || {
         t.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
-        black_box(spin_deep(12, &s));
+        black_box(spin(12, &s));
     });
     while tid.load(Ordering::SeqCst) == 0 {
         std::thread::yield_now();
@@ -571,6 +587,63 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_s_first_frame() {
     assert_eq!(rec.stats.walk_errors, 0);
     assert_eq!(rec.stats.capture_buffer_bytes, (COPY_BYTES + TAIL_RECORDS * 24) as u64, "one copy buffer");
     assert!(rec.stats.stack_bytes_copied > 0);
+    assert_audit_clean();
+}
+
+/// Requests `n` captures of the thread `b` runs, 2 ms apart; returns each
+/// one's bytes copied, end and depth.
+fn capture_repeatedly(b: &Busy, n: usize) -> Vec<(u32, StackEnd, usize)> {
+    let tid = b.tid.load(Ordering::SeqCst);
+    let mut backend = MachBackend::new().unwrap();
+    let registry = crate::sampler::registry::ThreadRegistry::new();
+    backend.refresh_threads(&registry, true);
+    let mut entries = Vec::new();
+    registry.snapshot(&mut entries);
+    let entry = entries.iter().find(|e| e.tid == tid).copied().expect("the busy thread");
+    let cfg = CaptureConfig { max_depth: 128, native_unwinding: true };
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        backend.request(&[entry], cfg, &mut |c| {
+            if let Capture::Stack(s) = c {
+                seen.push((s.copied_bytes, s.end, s.frames.len()));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    seen
+}
+
+#[test]
+fn copies_end_at_a_thread_s_first_frames_once_a_complete_unwind_found_them() {
+    let _g = serial();
+    let b = busy();
+    let seen = capture_repeatedly(&b, 20);
+    b.finish();
+    assert_eq!(seen.len(), 20);
+    // spin_deep(12): at least 13 frames, and the thread's start.
+    assert!(seen.iter().all(|s| s.1 == StackEnd::Root && s.2 >= 15), "{seen:?}");
+    // The first copy runs to the top of the stack; once it is unwound to
+    // the root, copies end a little above the thread's first frame record.
+    let whole = seen[0].0;
+    let cut = seen[1..].iter().filter(|s| s.0 < whole).count();
+    assert!(cut >= 17, "{cut} of 19 copies cut: {seen:?}");
+    assert_audit_clean();
+}
+
+#[test]
+fn copies_leave_out_the_middle_of_a_large_frame_once_an_unwind_showed_it_unread() {
+    let _g = serial();
+    let b = busy_in(spin_under_a_large_frame);
+    let seen = capture_repeatedly(&b, 20);
+    b.finish();
+    assert_eq!(seen.len(), 20);
+    // Through the large frame to the thread's start, every time.
+    assert!(seen.iter().all(|s| s.1 == StackEnd::Root && s.2 >= 16), "{seen:?}");
+    // The first copy holds the 16 KiB of locals; once an unwind showed the
+    // frame's records chained around them, copies leave them out.
+    assert!(seen[0].0 >= 16 * 1024, "{seen:?}");
+    let small = seen[1..].iter().filter(|s| s.0 < 8 * 1024).count();
+    assert!(small >= 17, "{small} of 19 copies left the large frame out: {seen:?}");
     assert_audit_clean();
 }
 

@@ -110,6 +110,17 @@ pub fn outermost_record(
     }
 }
 
+/// What a copy unwound to its root teaches about the thread: its outermost
+/// frame record, and how many bytes from that record up the unwind needed
+/// (the highest word it read, plus `margin`, in 16-byte steps). A later
+/// copy whose frame-pointer chain ends at the same record can stop there.
+/// None when `fp` starts no chain inside the copy or the unwind read
+/// nothing at or above the record.
+pub fn root_extent(copy: &StackCopy<'_>, fp: u64, highest_read: u64, margin: u64) -> Option<(u64, u64)> {
+    let record = outermost_record(fp, copy.start, copy.end(), |a| copy.read(a), |_| {})?;
+    (highest_read >= record).then(|| (record, (highest_read + 8 - record).next_multiple_of(16) + margin))
+}
+
 /// For a stack whose copy `[start, end)` was cut below `hi`: follows the
 /// frame-pointer chain from `fp` and keeps the records that end above
 /// `end` (one may straddle it) in `out`, so the unwinder can continue through frames that keep frame
@@ -188,6 +199,19 @@ mod tests {
         let mut seen = Vec::new();
         assert_eq!(outermost_record(0x1010, 0x1000, c.end(), |a| c.read(a), |r| seen.push(r)), Some(0x1030));
         assert_eq!(seen, [0x1010, 0x1030]);
+    }
+
+    #[test]
+    fn the_root_extent_covers_what_the_unwind_read() {
+        // Records at 0x1010 -> 0x1030 -> 0x1060 (saved fp 0: the root).
+        let mut words = [0u64; 16];
+        words[2] = 0x1030;
+        words[6] = 0x1060;
+        let c = StackCopy::whole(0x1000, &words);
+        assert_eq!(root_extent(&c, 0x1010, 0x1068, 64), Some((0x1060, 16 + 64)));
+        assert_eq!(root_extent(&c, 0x1010, 0x1070, 0), Some((0x1060, 32)));
+        assert_eq!(root_extent(&c, 0x1010, 0x1058, 64), None, "the unwind stopped below the record");
+        assert_eq!(root_extent(&c, 0x0ff0, 0x1068, 64), None, "no chain");
     }
 
     #[test]

@@ -20,9 +20,12 @@
 mod cfa_expression;
 mod code;
 mod copy;
+mod known_stack;
+pub mod large_frames;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
 pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord};
+pub use known_stack::{lesson, Lesson};
 
 use std::ops::Range;
 

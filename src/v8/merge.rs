@@ -161,11 +161,14 @@ fn js_or_native(addr: u64, classify: &dyn Fn(u64) -> AddrClass) -> Merged {
 }
 
 /// True for the code-map names of the interpreter's entry points and
-/// bytecode handlers (V8 10.2 to 14.6).
+/// bytecode handlers (V8 10.2 to 14.6). `BaselineOrInterpreterEnterAt*`
+/// (V8 up to 12.x) resumes an interpreted frame too: the deoptimizer leaves
+/// its entry as the return address of the frame it rebuilt.
 pub fn is_interpreter_name(raw: &str) -> bool {
     raw.starts_with("BytecodeHandler:")
         || raw.starts_with("Builtin:InterpreterEntryTrampoline")
         || raw.starts_with("Builtin:InterpreterEnter")
+        || raw.starts_with("Builtin:BaselineOrInterpreterEnter")
 }
 
 /// Looks `addr` up as it is and, for an address in the embedded builtins,
@@ -372,6 +375,8 @@ mod tests {
         assert!(is_interpreter_name("Builtin:InterpreterEntryTrampoline"));
         assert!(is_interpreter_name("Builtin:InterpreterEnterAtBytecode"));
         assert!(is_interpreter_name("Builtin:InterpreterEnterBytecodeAdvance"));
+        assert!(is_interpreter_name("Builtin:BaselineOrInterpreterEnterAtBytecode"));
+        assert!(!is_interpreter_name("Builtin:BaselineLeaveFrame"));
         assert!(is_interpreter_name("BytecodeHandler:LdaZero"));
         assert!(!is_interpreter_name("Builtin:JSEntry"));
         assert!(!is_interpreter_name("JS:~fib /a.js:1:1"));

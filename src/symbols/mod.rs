@@ -199,7 +199,17 @@ pub fn symbolicate_with_warnings(profile: &ProfileData, options: &SymbolicateOpt
                 module_symbols(&r, &options.symbol_path, &mut warn)
             });
             let svma = probe.wrapping_sub(m.bias);
-            let hit = table.lock().unwrap_or_else(|e| e.into_inner()).lookup(svma);
+            let hit = {
+                let mut table = table.lock().unwrap_or_else(|e| e.into_inner());
+                table.lookup(svma).or_else(|| {
+                    // A return address at the very start of a function,
+                    // after bytes no function covers, was not left by a
+                    // call: it was pushed as where to go next (V8's
+                    // deoptimizer does so), and is that function's frame.
+                    let at = addr.wrapping_sub(m.bias);
+                    (probe != addr).then(|| table.lookup(at)).flatten().filter(|h| h.start() == at)
+                })
+            };
             let (key, function, line) = match hit {
                 Some(Lookup::Named(hit, line)) => (
                     FunctionKey::Native { module: mi, start: hit.start },
@@ -273,6 +283,34 @@ mod tests {
         assert_eq!(s.functions[s.frame_function[1] as usize].name, "0x2000 in app");
         assert_eq!(s.functions[0].module, 0);
         assert!(s.functions.iter().all(|f| f.kind == FunctionKind::Unknown));
+    }
+
+    /// A return address is looked up one byte before it; at a function's
+    /// first byte it stays in that function only where the byte before
+    /// belongs to none (a pushed continuation, not a call).
+    #[test]
+    fn a_return_address_at_a_function_start_after_padding_names_that_function() {
+        let mut p = sample_profile();
+        p.symbols = None;
+        let lib = crate::symbols::test_fixtures::fixture("elf/full/libfe.so");
+        p.modules[0] = crate::profile::Module {
+            path: lib.to_string_lossy().into_owned(),
+            start: 0,
+            end: 0x3000,
+            bias: 0,
+            build_id: String::new(),
+        };
+        // Frames 0 and 1 are callers. In libfe.so, `_fini` (0x11fc)
+        // follows a byte of padding; `local_gamma` (0x1180) follows
+        // `local_beta` directly, so a return address there is a call at the
+        // end of `local_beta`.
+        p.frame_address[0] = 0x11fc;
+        p.frame_address[1] = 0x1180;
+        let s =
+            symbolicate(&p, &SymbolicateOptions { perf_map: Some("/nonexistent.map".into()), ..Default::default() });
+        let name = |frame: usize| s.functions[s.frame_function[frame] as usize].name.clone();
+        assert_eq!(name(0), "_fini");
+        assert_eq!(name(1), "local_beta");
     }
 
     #[test]

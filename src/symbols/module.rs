@@ -57,6 +57,16 @@ pub enum Lookup {
     Unnamed { start: u64 },
 }
 
+impl Lookup {
+    /// The file address of the function's start.
+    pub fn start(&self) -> u64 {
+        match self {
+            Lookup::Named(hit, _) => hit.start,
+            Lookup::Unnamed { start } => *start,
+        }
+    }
+}
+
 /// Which module to load: its file, the build id recorded when sampling,
 /// where its image starts in file addresses, and whether it is Mach-O.
 #[derive(Clone, Copy, Debug)]

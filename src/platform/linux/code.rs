@@ -165,9 +165,9 @@ pub fn loaded_code(known: impl Fn(u64) -> bool) -> Vec<CodeModule> {
     out
 }
 
-/// Executable mappings of `/proc/self/maps` that no object owns: JIT code
-/// (V8's code space, WebAssembly, trampolines).
-pub fn jit_regions(maps: &str, is_object: impl Fn(u64) -> bool) -> Vec<Range<u64>> {
+/// Executable mappings of `/proc/self/maps` that overlap no object: JIT
+/// code (V8's code space, WebAssembly, trampolines).
+pub fn jit_regions(maps: &str, overlaps_object: impl Fn(Range<u64>) -> bool) -> Vec<Range<u64>> {
     let mut out = Vec::new();
     for line in maps.lines() {
         let mut fields = line.split_ascii_whitespace();
@@ -177,7 +177,7 @@ pub fn jit_regions(maps: &str, is_object: impl Fn(u64) -> bool) -> Vec<Range<u64
         }
         let Some((lo, hi)) = range.split_once('-') else { continue };
         let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else { continue };
-        if !is_object(lo) {
+        if !overlaps_object(lo..hi) {
             out.push(lo..hi);
         }
     }
@@ -210,7 +210,29 @@ mod tests {
                     7f0000000000-7f0000010000 rwxp 00000000 00:00 0\n\
                     7f0000010000-7f0000020000 rw-p 00000000 00:00 0\n\
                     7f0000020000-7f0000030000 r-xp 00000000 00:00 0 \n";
-        let r = jit_regions(maps, |a| a == 0x400000);
+        let r = jit_regions(maps, |r| r.contains(&0x400000));
         assert_eq!(r, vec![0x7f0000000000..0x7f0000010000, 0x7f0000020000..0x7f0000030000]);
+    }
+
+    /// macOS lists the dyld shared cache as one executable region around
+    /// its images: a region holding a module is no JIT code, nor is one
+    /// inside a module; one that ends where a module starts is.
+    #[test]
+    fn a_region_that_overlaps_a_module_is_not_jit_code() {
+        use crate::sampler::unwind::{CodeModule, Unwinder};
+        let mut u = Unwinder::default();
+        u.add_module(CodeModule {
+            name: "image".into(),
+            text: 0x7f0000400000..0x7f0000410000,
+            base_avma: 0x7f0000400000,
+            sections: Default::default(),
+            pin: None,
+        });
+        let maps = "7f0000100000-7f0000900000 r-xp 00000000 00:00 0\n\
+                    7f0000404000-7f0000405000 r-xp 00000000 00:00 0\n\
+                    7f00003f0000-7f0000400000 r-xp 00000000 00:00 0\n\
+                    7f0000410000-7f0000420000 r-xp 00000000 00:00 0\n";
+        let r = jit_regions(maps, |r| u.has_module_in(r));
+        assert_eq!(r, vec![0x7f00003f0000..0x7f0000400000, 0x7f0000410000..0x7f0000420000]);
     }
 }

@@ -295,7 +295,7 @@ impl LinuxBackend {
             for m in code::loaded_code(|start| u.has_module_at(start)) {
                 u.add_module(m);
             }
-            let jit = code::jit_regions(&maps.text, |a| u.has_module_at(a));
+            let jit = code::jit_regions(&maps.text, |r| u.has_module_in(r));
             u.set_jit_regions(jit);
         }
         Some(maps)

@@ -98,11 +98,13 @@ mod apple {
         out
     }
 
-    /// Executable regions outside every module (JIT code).
-    pub fn jit_regions(is_module: impl Fn(u64) -> bool) -> Vec<Range<u64>> {
+    /// Executable regions that overlap no module (JIT code). The dyld
+    /// shared cache is one region at this level (a submap) that holds many
+    /// modules: it is not JIT code.
+    pub fn jit_regions(overlaps_module: impl Fn(Range<u64>) -> bool) -> Vec<Range<u64>> {
         regions::list(0, u64::MAX)
             .into_iter()
-            .filter(|r| r.executable && !is_module(r.start))
+            .filter(|r| r.executable && !overlaps_module(r.start..r.end))
             .map(|r| r.start..r.end)
             .collect()
     }
@@ -116,8 +118,8 @@ mod simulated {
         crate::platform::linux::code::loaded_code(known)
     }
 
-    pub fn jit_regions(is_module: impl Fn(u64) -> bool) -> Vec<Range<u64>> {
+    pub fn jit_regions(overlaps_module: impl Fn(Range<u64>) -> bool) -> Vec<Range<u64>> {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        crate::platform::linux::code::jit_regions(&maps, is_module)
+        crate::platform::linux::code::jit_regions(&maps, overlaps_module)
     }
 }

@@ -502,7 +502,7 @@ impl MachBackend {
         for m in code::loaded_code(|start| u.has_module_at(start)) {
             u.add_module(m);
         }
-        let jit = code::jit_regions(|a| u.has_module_at(a));
+        let jit = code::jit_regions(|r| u.has_module_in(r));
         u.set_jit_regions(jit);
         true
     }

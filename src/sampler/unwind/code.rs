@@ -193,6 +193,12 @@ impl CodeMap {
         self.modules.get(i).filter(|m| m.text.start <= addr)
     }
 
+    /// The first module whose text overlaps `range`.
+    pub(crate) fn module_in(&self, range: Range<u64>) -> Option<&ModuleEntry> {
+        let i = self.modules.partition_point(|m| m.text.end <= range.start);
+        self.modules.get(i).filter(|m| m.text.start < range.end)
+    }
+
     /// Whether `addr` lies in code: a module's text or JIT code.
     pub fn is_executable(&self, addr: u64) -> bool {
         self.module(addr).is_some() || self.jit.contains(addr)

@@ -122,6 +122,11 @@ impl Unwinder {
         self.code.module(addr).is_some()
     }
 
+    /// Whether some module's text overlaps `range`.
+    pub fn has_module_in(&self, range: Range<u64>) -> bool {
+        self.code.module_in(range).is_some()
+    }
+
     /// Sets the executable regions outside modules (JIT code).
     pub fn set_jit_regions(&mut self, regions: Vec<Range<u64>>) {
         self.code.jit = RangeSet::new(regions);

@@ -73,6 +73,14 @@ mod apple {
     pub fn loaded_code(known: impl Fn(u64) -> bool) -> Vec<CodeModule> {
         let mut out = Vec::new();
         for_each_image(|img| {
+            // An image's header starts its `__TEXT`: a known image is
+            // skipped before anything else is done with it.
+            if known(img.header as u64) {
+                return;
+            }
+            // Pinned before its load commands are read, so an image
+            // unloaded meanwhile is not read while dyld unmaps it.
+            let pinned = pin(img.path, img.header);
             let Some(sections) = parse_unwind_sections(img.commands) else { return };
             let slide = img.slide;
             let Some(start) = sections.text_segment.as_ref().map(|t| t.start.wrapping_add(slide)) else { return };
@@ -80,9 +88,9 @@ mod apple {
                 return;
             }
             // The executable and the shared cache's images stay mapped for
-            // the life of the process; others are pinned while held.
+            // the life of the process; others stay pinned while held.
             let permanent = never_unloaded(img.commands);
-            let pinned = if permanent { None } else { pin(img.path, img.header) };
+            let pinned = if permanent { None } else { pinned };
             let readable = permanent || pinned.is_some();
             let bytes = |r: Range<u64>| -> Option<ImageBytes> {
                 let (start, len) = (r.start.checked_add(slide)?, r.end.checked_sub(r.start)?);

@@ -205,31 +205,57 @@ pub fn stop() -> Result<Session, SamplerError> {
 /// happens here rather than at symbolization).
 pub fn stop_profile() -> Result<ProfileData, SamplerError> {
     let session = stop()?;
+    let max_depth = session.recording.max_stack_depth;
     let mut data = ProfileData::from_recording(session.recording, Vec::new(), platform::loaded_modules());
-    name_js_frames(&mut data);
+    name_js_frames(&mut data, max_depth);
     crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &session.perf_map);
     Ok(data)
 }
 
 /// Names the JavaScript frames the session recorded (by address: see
 /// `crate::v8::frames`), from V8's code events, at each sample's time.
-fn name_js_frames(data: &mut ProfileData) {
+fn name_js_frames(data: &mut ProfileData, max_depth: usize) {
     if data.stats.js_samples == 0 {
         return;
     }
-    name_js_frames_of(data);
+    name_js_frames_of(data, max_depth);
 }
 
 /// Names the JavaScript frames of a profile taken by this process's
-/// sampler, however few.
-pub fn name_js_frames_of(data: &mut ProfileData) {
+/// sampler, however few, splitting out inlined functions as far as its
+/// stacks stay within `max_depth` frames.
+pub fn name_js_frames_of(data: &mut ProfileData, max_depth: usize) {
     let map = crate::v8::code_map();
     let cols = crate::v8::resolve::StackColumns {
         frame_address: &mut data.frame_address,
         stack_frame: &mut data.stack_frame,
         stack_parent: &mut data.stack_parent,
     };
-    crate::v8::resolve::resolve_js_frames(&map, cols, &mut data.sample_stack, &data.sample_time_ns, &mut data.js_names);
+    let inlines = v8_log();
+    crate::v8::resolve::resolve_js_frames(
+        &map,
+        cols,
+        &mut data.sample_stack,
+        &data.sample_time_ns,
+        &mut data.js_names,
+        &inlines,
+        max_depth,
+    );
+}
+
+/// The environment variable that names the `--logfile` of a process run
+/// with V8's `--log-code` (`machsampler record` sets both): its log tells
+/// which functions optimized code inlined.
+pub const V8_LOG_ENV: &str = "MACHSAMPLER_V8_LOG";
+
+/// What this process's V8 log says about inlined functions, if it has one.
+fn v8_log() -> crate::v8::inline_log::InlineLog {
+    match std::env::var_os(V8_LOG_ENV) {
+        Some(path) if !path.is_empty() => {
+            crate::v8::inline_log::InlineLog::read(std::path::Path::new(&path), std::process::id())
+        }
+        _ => Default::default(),
+    }
 }
 
 /// Whether JavaScript frames can be named from V8 in this process: at least

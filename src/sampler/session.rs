@@ -113,6 +113,8 @@ pub struct Recording {
     pub start_ns: u64,
     pub end_ns: u64,
     pub interval_ns: u64,
+    /// Frames kept per stack at most.
+    pub max_stack_depth: usize,
     /// Wall-clock time at `start_ns`, milliseconds since the Unix epoch.
     pub start_wall_ms: f64,
     pub stats: StatsSnapshot,
@@ -704,6 +706,7 @@ pub fn run<B: Backend>(
         start_ns,
         end_ns,
         interval_ns: options.interval_ns,
+        max_stack_depth: options.max_stack_depth,
         start_wall_ms,
         stats: stats.snapshot(shared.registry.len() as u64),
     }

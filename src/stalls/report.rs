@@ -81,7 +81,7 @@ pub fn build(job: Job) -> StallReport {
         thread_process: Vec::new(),
         thread_roles: Vec::new(),
     };
-    crate::control::name_js_frames_of(&mut data);
+    crate::control::name_js_frames_of(&mut data, crate::sampler::options::MAX_STACK_DEPTH_MAX);
     let symbols = crate::symbols::symbolicate(&data, &watch.symbols);
     crate::profile::roles::assign(&mut data, &symbols, &[]);
     data.symbols = Some(symbols);

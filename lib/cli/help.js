@@ -55,6 +55,10 @@ Options:
       --duration <s>    stop sampling after <s> seconds (the program runs on;
                         the profile is written when it ends)
       --no-jit-names    do not name JavaScript frames (they stay 0x...)
+      --no-inline       do not split out functions that optimized code
+                        inlined (when the command is node, record adds
+                        --log-code and a --logfile in a private directory
+                        so that V8 says which; this turns that off)
       --perf-map        also name them from V8's perf map (adds
                         --perf-basic-prof-only-functions to the program)
       --idle            count idle samples in the summary and flame graphs

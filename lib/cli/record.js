@@ -12,7 +12,7 @@
 // (options, output format, output directory), so a typo does not cost a
 // whole run.
 
-const { spawn } = require('child_process')
+const { spawn, spawnSync } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
@@ -32,6 +32,11 @@ const text = require('./text')
 // own: the older way, for a V8 the addon cannot use. Both flags are allowed
 // in NODE_OPTIONS.
 const PERF_MAP_FLAGS = ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack']
+// Functions that optimized code inlined are split back out from V8's own
+// log, which these flags make it write (only when the command is node: V8
+// flags are not allowed in NODE_OPTIONS). See docs/design/inlined-js-frames.md.
+const V8_LOG_FLAGS = ['--log-code', '--logfile-per-isolate']
+const V8_LOG_POSITION_FLAG = '--log-source-position' // V8 10.8 on; 10.2 logs positions with --log-code
 const LIVE_AFTER_MS = 1000
 const LIVE_EVERY_MS = 250
 const SPEC = {
@@ -44,6 +49,7 @@ const SPEC = {
   depth: { type: 'string' },
   duration: { type: 'string' },
   'no-jit-names': { type: 'boolean' },
+  'no-inline': { type: 'boolean' },
   'perf-map': { type: 'boolean' },
   idle: { type: 'boolean' },
   'no-follow': { type: 'boolean' },
@@ -165,6 +171,7 @@ function parseRecordArgs(argv) {
     durationS,
     stallsMs,
     jitNames: values['no-jit-names'] !== true,
+    inline: values['no-inline'] !== true && values['no-jit-names'] !== true,
     perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
     includeIdle: values.idle === true,
     follow: values['no-follow'] !== true,
@@ -187,7 +194,25 @@ function childEnv(opts, sessionDir, live) {
     follow: opts.follow,
     stallsMs: opts.stallsMs,
     nodeFlags: opts.perfMap ? PERF_MAP_FLAGS : [],
+    v8Log: opts.v8Log,
   })
+}
+
+/** Whether `command` runs Node.js itself (so V8 flags can go first). */
+function isNode(command) {
+  const base = path.basename(command).toLowerCase()
+  return /^(node|nodejs)(\d+)?(\.exe)?$/.test(base) || path.resolve(command) === process.execPath
+}
+
+/**
+ * The flags that make `node` log what its optimized code inlined into
+ * `logfile` (see V8_LOG_FLAGS), or none if it cannot say which it takes.
+ */
+function v8LogFlags(node, logfile) {
+  const r = spawnSync(node, ['--v8-options'], { encoding: 'utf8', timeout: 10000, maxBuffer: 16 << 20 })
+  if (r.status !== 0 || !/--log-code\b/.test(r.stdout || '')) return []
+  const position = r.stdout.includes(V8_LOG_POSITION_FLAG) ? [V8_LOG_POSITION_FLAG] : []
+  return [...V8_LOG_FLAGS, ...position, `--logfile=${logfile}`]
 }
 
 /** The live "recording…" line on a terminal, from the child's status file. */
@@ -402,8 +427,17 @@ async function record(argv) {
     const stopLive = live ? liveLine(sessionDir) : () => {}
     let status
     let topPid
+    // V8's log for splitting out inlined functions, where the program is node.
+    const v8Log = path.join(sessionDir, 'v8.log')
+    // Not when the program asks V8 for a log of its own (--prof, --log-*):
+    // ours would take its place.
+    const script = opts.args.findIndex((a) => !a.startsWith('-'))
+    const nodeOptions = script < 0 ? opts.args : opts.args.slice(0, script)
+    const ownLog = nodeOptions.some((a) => /^--(no-)?(prof|log)[\w-]*(=|$)/.test(a))
+    const v8Flags = opts.inline && !ownLog && isNode(opts.command) ? v8LogFlags(opts.command, v8Log) : []
+    const run = v8Flags.length > 0 ? { ...opts, args: [...v8Flags, ...opts.args], v8Log } : opts
     try {
-      status = await runChild(opts, childEnv(opts, sessionDir, live), sessionDir, (pid) => (topPid = pid))
+      status = await runChild(run, childEnv(run, sessionDir, live), sessionDir, (pid) => (topPid = pid))
     } finally {
       stopLive()
     }

@@ -45,6 +45,15 @@ pub struct InlineLog {
     codes: FxHashMap<u64, Vec<LoggedCode>>,
 }
 
+/// What reading a log in order keeps: the functions' names by
+/// SharedFunctionInfo address, and the last code object created at each
+/// address.
+#[derive(Default)]
+struct LogState {
+    sfi_names: FxHashMap<u64, String>,
+    created: FxHashMap<u64, (u64, String)>,
+}
+
 /// Upper bound on the functions one chain can hold (a corrupt log must not
 /// make a loop).
 const MAX_DEPTH: usize = 64;
@@ -70,8 +79,15 @@ impl InlineLog {
             }
         }
         for f in files {
-            if let Ok(bytes) = std::fs::read(&f) {
-                log.parse(&String::from_utf8_lossy(&bytes));
+            // Line by line: a long run's log can be large.
+            if let Ok(file) = std::fs::File::open(&f) {
+                let mut reader = std::io::BufReader::new(file);
+                let mut line = Vec::new();
+                let mut state = LogState::default();
+                while matches!(std::io::BufRead::read_until(&mut reader, b'\n', &mut line), Ok(n) if n > 0) {
+                    log.line(&mut state, String::from_utf8_lossy(&line).trim_end());
+                    line.clear();
+                }
             }
         }
         log
@@ -80,71 +96,74 @@ impl InlineLog {
     /// Takes in one log's text. Lines it does not know, or cannot parse,
     /// are skipped.
     pub fn parse(&mut self, text: &str) {
-        // The functions' names by SharedFunctionInfo address, and the last
-        // code object created at each address, as the log goes.
-        let mut sfi_names: FxHashMap<u64, String> = FxHashMap::default();
-        let mut created: FxHashMap<u64, (u64, String)> = FxHashMap::default();
+        let mut state = LogState::default();
         for line in text.lines() {
-            let mut fields = line.split(',');
-            match fields.next() {
-                Some("code-creation") => {
-                    let f: Vec<&str> = fields.collect();
-                    // type, kind, time, address, size, name[, sfi, mark]
-                    let (Some(addr), Some(size), Some(name)) =
-                        (f.get(3).and_then(|a| hex(a)), f.get(4).and_then(|s| s.parse().ok()), f.get(5))
-                    else {
-                        continue;
-                    };
-                    let name = unescape(name);
-                    if let Some(sfi) = f.get(6).and_then(|a| hex(a)) {
-                        sfi_names.insert(sfi, name.clone());
-                    }
-                    created.insert(addr, (size, name));
+            self.line(&mut state, line);
+        }
+    }
+
+    /// Takes in one line of a log, read in order with `state`.
+    fn line(&mut self, state: &mut LogState, line: &str) {
+        let LogState { sfi_names, created } = state;
+        let mut fields = line.split(',');
+        match fields.next() {
+            Some("code-creation") => {
+                let f: Vec<&str> = fields.collect();
+                // type, kind, time, address, size, name[, sfi, mark]
+                let (Some(addr), Some(size), Some(name)) =
+                    (f.get(3).and_then(|a| hex(a)), f.get(4).and_then(|s| s.parse().ok()), f.get(5))
+                else {
+                    return;
+                };
+                let name = unescape(name);
+                if let Some(sfi) = f.get(6).and_then(|a| hex(a)) {
+                    sfi_names.insert(sfi, name.clone());
                 }
-                Some("sfi-move") => {
-                    let f: Vec<&str> = fields.collect();
-                    if let (Some(from), Some(to)) = (f.first().and_then(|a| hex(a)), f.get(1).and_then(|a| hex(a))) {
-                        if let Some(n) = sfi_names.remove(&from) {
-                            sfi_names.insert(to, n);
-                        }
-                    }
-                }
-                Some("code-move") => {
-                    let f: Vec<&str> = fields.collect();
-                    if let (Some(from), Some(to)) = (f.first().and_then(|a| hex(a)), f.get(1).and_then(|a| hex(a))) {
-                        if let Some(c) = created.remove(&from) {
-                            created.insert(to, c);
-                        }
-                        if let Some(moved) = self.codes.get_mut(&from).and_then(|v| v.pop()) {
-                            self.codes.entry(to).or_default().push(moved);
-                        }
-                    }
-                }
-                Some("code-source-info") => {
-                    let f: Vec<&str> = fields.collect();
-                    // address, script, start, end, positions, inlinings, functions
-                    let (Some(addr), Some(positions), Some(inlinings), Some(functions)) =
-                        (f.first().and_then(|a| hex(a)), f.get(4), f.get(5), f.get(6))
-                    else {
-                        continue;
-                    };
-                    if inlinings.is_empty() {
-                        continue; // Nothing inlined.
-                    }
-                    let Some((size, name)) = created.get(&addr) else { continue };
-                    let functions: Vec<String> = split_tagged(functions, 'S')
-                        .map(|a| hex(a).and_then(|a| sfi_names.get(&a).cloned()).unwrap_or_default())
-                        .collect();
-                    let Some(code) = parse_tables(positions, inlinings, functions) else { continue };
-                    let code = LoggedCode { size: *size, name: name.clone(), ..code };
-                    let at = self.codes.entry(addr).or_default();
-                    // V8 may log the same code object's tables twice.
-                    if at.last() != Some(&code) {
-                        at.push(code);
-                    }
-                }
-                _ => {}
+                created.insert(addr, (size, name));
             }
+            Some("sfi-move") => {
+                let f: Vec<&str> = fields.collect();
+                if let (Some(from), Some(to)) = (f.first().and_then(|a| hex(a)), f.get(1).and_then(|a| hex(a))) {
+                    if let Some(n) = sfi_names.remove(&from) {
+                        sfi_names.insert(to, n);
+                    }
+                }
+            }
+            Some("code-move") => {
+                let f: Vec<&str> = fields.collect();
+                if let (Some(from), Some(to)) = (f.first().and_then(|a| hex(a)), f.get(1).and_then(|a| hex(a))) {
+                    if let Some(c) = created.remove(&from) {
+                        created.insert(to, c);
+                    }
+                    if let Some(moved) = self.codes.get_mut(&from).and_then(|v| v.pop()) {
+                        self.codes.entry(to).or_default().push(moved);
+                    }
+                }
+            }
+            Some("code-source-info") => {
+                let f: Vec<&str> = fields.collect();
+                // address, script, start, end, positions, inlinings, functions
+                let (Some(addr), Some(positions), Some(inlinings), Some(functions)) =
+                    (f.first().and_then(|a| hex(a)), f.get(4), f.get(5), f.get(6))
+                else {
+                    return;
+                };
+                if inlinings.is_empty() {
+                    return; // Nothing inlined.
+                }
+                let Some((size, name)) = created.get(&addr) else { return };
+                let functions: Vec<String> = split_tagged(functions, 'S')
+                    .map(|a| hex(a).and_then(|a| sfi_names.get(&a).cloned()).unwrap_or_default())
+                    .collect();
+                let Some(code) = parse_tables(positions, inlinings, functions) else { return };
+                let code = LoggedCode { size: *size, name: name.clone(), ..code };
+                let at = self.codes.entry(addr).or_default();
+                // V8 may log the same code object's tables twice.
+                if at.last() != Some(&code) {
+                    at.push(code);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -317,6 +336,21 @@ code-source-info,0x7f71967c6340,78,141,211,C0O141C39O176C64O158C67O176C93O110I0C
         let mut bad = InlineLog::default();
         bad.parse(&LOG.replace("F1O101I0", "F1O101I1"));
         assert!(bad.chain(0x7f71967c6340, 392, "outer /tmp/inl/inl.js:3:15", 154).is_empty());
+    }
+
+    #[test]
+    fn read_takes_this_process_s_per_isolate_logs_only() {
+        let dir = std::env::temp_dir().join(format!("machsampler-v8log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid = 4242;
+        std::fs::write(dir.join(format!("isolate-0x1a2b-{pid}-v8.log")), LOG).unwrap();
+        // Another process's log, with the same code at another size.
+        std::fs::write(dir.join("isolate-0x1a2b-4243-v8.log"), LOG.replace(",392,", ",500,")).unwrap();
+        let log = InlineLog::read(&dir.join("v8.log"), pid);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(log.chain(0x7f71967c6340, 392, "outer /tmp/inl/inl.js:3:15", 154).len(), 2);
+        assert!(log.chain(0x7f71967c6340, 500, "outer /tmp/inl/inl.js:3:15", 154).is_empty());
+        assert!(InlineLog::read(Path::new("/nonexistent/v8.log"), pid).is_empty());
     }
 
     #[test]

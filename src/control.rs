@@ -248,14 +248,30 @@ pub fn name_js_frames_of(data: &mut ProfileData, max_depth: usize) {
 /// which functions optimized code inlined.
 pub const V8_LOG_ENV: &str = "MACHSAMPLER_V8_LOG";
 
-/// What this process's V8 log says about inlined functions, if it has one.
+/// What this process's V8 log says about inlined functions, if it has one:
+/// the file `MACHSAMPLER_V8_LOG` names, or else the one this process's own
+/// `--log-code` (`--logfile`, by default `v8.log`) makes V8 write.
 fn v8_log() -> crate::v8::inline_log::InlineLog {
-    match std::env::var_os(V8_LOG_ENV) {
-        Some(path) if !path.is_empty() => {
-            crate::v8::inline_log::InlineLog::read(std::path::Path::new(&path), std::process::id())
-        }
-        _ => Default::default(),
+    let path = match std::env::var_os(V8_LOG_ENV) {
+        Some(path) if !path.is_empty() => Some(std::path::PathBuf::from(path)),
+        _ => v8_logfile(std::env::args()),
+    };
+    match path {
+        Some(path) => crate::v8::inline_log::InlineLog::read(&path, std::process::id()),
+        None => Default::default(),
     }
+}
+
+/// The `--logfile` of a V8 run with `--log-code` (or `--log-all`), from a
+/// command line: the options before the first argument that is not one.
+fn v8_logfile(args: impl Iterator<Item = String>) -> Option<std::path::PathBuf> {
+    let options: Vec<String> = args.skip(1).take_while(|a| a.starts_with('-')).map(|a| a.replace('_', "-")).collect();
+    if !options.iter().any(|a| a == "--log-code" || a == "--log-all") {
+        return None;
+    }
+    let file = options.iter().rev().find_map(|a| a.strip_prefix("--logfile=")).unwrap_or("v8.log");
+    // `-` is the console, `+` a temporary file: nothing to read.
+    (file != "-" && file != "+").then(|| std::path::PathBuf::from(file))
 }
 
 /// Whether JavaScript frames can be named from V8 in this process: at least
@@ -322,4 +338,20 @@ pub fn set_native_unwinding(on: bool) {
 
 pub fn native_unwinding() -> bool {
     shared().native_unwinding.load(Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v8_logfile_comes_from_node_s_own_options() {
+        let f = |args: &[&str]| v8_logfile(args.iter().map(|a| a.to_string()));
+        let path = |p: &str| Some(std::path::PathBuf::from(p));
+        assert_eq!(f(&["node", "--log-code", "--logfile=/tmp/x.log", "app.js"]), path("/tmp/x.log"));
+        assert_eq!(f(&["node", "--log_code", "app.js"]), path("v8.log"));
+        assert_eq!(f(&["node", "--log-all", "--logfile=-", "app.js"]), None);
+        assert_eq!(f(&["node", "app.js", "--log-code"]), None, "the program's own argument");
+        assert_eq!(f(&["node", "--logfile=/tmp/x.log", "app.js"]), None, "no code log");
+    }
 }

@@ -254,7 +254,7 @@ pub const V8_LOG_ENV: &str = "MACHSAMPLER_V8_LOG";
 fn v8_log() -> crate::v8::inline_log::InlineLog {
     let path = match std::env::var_os(V8_LOG_ENV) {
         Some(path) if !path.is_empty() => Some(std::path::PathBuf::from(path)),
-        _ => v8_logfile(std::env::args()),
+        _ => v8_logfile(std::env::args_os().map(|a| a.to_string_lossy().into_owned())),
     };
     match path {
         Some(path) => crate::v8::inline_log::InlineLog::read(&path, std::process::id()),

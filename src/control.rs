@@ -218,27 +218,28 @@ fn name_js_frames(data: &mut ProfileData, max_depth: usize) {
     if data.stats.js_samples == 0 {
         return;
     }
-    name_js_frames_of(data, max_depth);
+    // Read before the code map is locked: V8's code events wait for it.
+    let inlines = v8_log();
+    name_js_frames_of(data, &inlines, max_depth);
 }
 
 /// Names the JavaScript frames of a profile taken by this process's
-/// sampler, however few, splitting out inlined functions as far as its
-/// stacks stay within `max_depth` frames.
-pub fn name_js_frames_of(data: &mut ProfileData, max_depth: usize) {
+/// sampler, however few, splitting out the inlined functions `inlines`
+/// knows of as far as its stacks stay within `max_depth` frames.
+pub fn name_js_frames_of(data: &mut ProfileData, inlines: &crate::v8::inline_log::InlineLog, max_depth: usize) {
     let map = crate::v8::code_map();
     let cols = crate::v8::resolve::StackColumns {
         frame_address: &mut data.frame_address,
         stack_frame: &mut data.stack_frame,
         stack_parent: &mut data.stack_parent,
     };
-    let inlines = v8_log();
     crate::v8::resolve::resolve_js_frames(
         &map,
         cols,
         &mut data.sample_stack,
         &data.sample_time_ns,
         &mut data.js_names,
-        &inlines,
+        inlines,
         max_depth,
     );
 }

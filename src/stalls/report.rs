@@ -81,7 +81,9 @@ pub fn build(job: Job) -> StallReport {
         thread_process: Vec::new(),
         thread_roles: Vec::new(),
     };
-    crate::control::name_js_frames_of(&mut data, crate::sampler::options::MAX_STACK_DEPTH_MAX);
+    // While the program runs: V8's log is not read (it is at stop()).
+    let no_log = crate::v8::inline_log::InlineLog::default();
+    crate::control::name_js_frames_of(&mut data, &no_log, crate::sampler::options::MAX_STACK_DEPTH_MAX);
     let symbols = crate::symbols::symbolicate(&data, &watch.symbols);
     crate::profile::roles::assign(&mut data, &symbols, &[]);
     data.symbols = Some(symbols);

@@ -136,8 +136,7 @@ function main() {
     try {
       // Without the flags `record` added for V8's code log.
       const log = process.env.MACHSAMPLER_V8_LOG
-      const added = log ? ['--log-code', '--logfile-per-isolate', '--log-source-position', `--logfile=${log}`] : []
-      const execArgv = process.execArgv.filter((a) => !added.includes(a))
+      const execArgv = process.execArgv.filter((a) => !(log && env.isV8LogFlag(a, log)))
       const info = { pid: process.pid, ppid: process.ppid, argv: [process.argv0, ...execArgv, ...process.argv.slice(1)], startedMs: Date.now() }
       fs.writeFileSync(path.join(sessionDir, `proc-${process.pid}.json`), JSON.stringify(info))
     } catch {

@@ -112,4 +112,26 @@ function symbolPath(env) {
   return env.MACHSAMPLER_SYMBOL_PATH || undefined
 }
 
-module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote, symbolPath }
+// The flags that make node log what its optimized code inlined, for
+// MACHSAMPLER_V8_LOG (only on node's command line: V8 flags are refused in
+// NODE_OPTIONS). See docs/design/inlined-js-frames.md.
+const V8_LOG_FLAGS = ['--log-code', '--logfile-per-isolate']
+const V8_LOG_POSITION_FLAG = '--log-source-position' // V8 10.8 on; 10.2 logs positions with --log-code
+
+/**
+ * The flags that make `node` log what its optimized code inlined into
+ * `logfile`, or none if it cannot say which it takes.
+ */
+function v8LogFlags(node, logfile) {
+  const r = require('child_process').spawnSync(node, ['--v8-options'], { encoding: 'utf8', timeout: 10000, maxBuffer: 16 << 20 })
+  if (r.status !== 0 || !/--log-code\b/.test(r.stdout || '')) return []
+  const position = r.stdout.includes(V8_LOG_POSITION_FLAG) ? [V8_LOG_POSITION_FLAG] : []
+  return [...V8_LOG_FLAGS, ...position, `--logfile=${logfile}`]
+}
+
+/** Whether `arg` is one of the flags v8LogFlags gives for `logfile`. */
+function isV8LogFlag(arg, logfile) {
+  return V8_LOG_FLAGS.includes(arg) || arg === V8_LOG_POSITION_FLAG || arg === `--logfile=${logfile}`
+}
+
+module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote, symbolPath, v8LogFlags, isV8LogFlag }

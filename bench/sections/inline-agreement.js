@@ -10,6 +10,7 @@ const fs = require('fs')
 const path = require('path')
 const { spawnSync } = require('child_process')
 const { WL, runJson } = require('../lib/proc')
+const env = require('../../lib/env.js')
 const { median, spread } = require('../lib/stats')
 const { verdict } = require('../lib/table')
 
@@ -38,8 +39,7 @@ function cpuprof(ctx, script) {
 function withV8Log(ctx, script, arg) {
   const dir = fs.mkdtempSync(path.join(ctx.tmp, 'v8log-'))
   const logfile = path.join(dir, 'v8.log')
-  const v8 = spawnSync(process.execPath, ['--v8-options'], { encoding: 'utf8', maxBuffer: 16 << 20 }).stdout || ''
-  const flags = ['--log-code', '--logfile-per-isolate', ...(v8.includes('--log-source-position') ? ['--log-source-position'] : []), `--logfile=${logfile}`]
+  const flags = env.v8LogFlags(process.execPath, logfile)
   try {
     return runJson(script, arg, { nodeArgs: flags, env: { MACHSAMPLER_V8_LOG: logfile } })
   } finally {

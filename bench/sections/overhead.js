@@ -6,7 +6,7 @@
 // (perf's own process included) is reported next to it, as it is less
 // sensitive to the machine's other tenants.
 const fs = require('fs')
-const { spawnSync } = require('child_process')
+const env = require('../../lib/env.js')
 const path = require('path')
 const { WL, runNode } = require('../lib/proc')
 const { median, spread } = require('../lib/stats')
@@ -23,8 +23,7 @@ const WORKLOADS = [
 /** The flags `machsampler record` adds to node for V8's code log. */
 function v8LogFlags(logfile) {
   fs.mkdirSync(path.dirname(logfile), { recursive: true })
-  const v8 = spawnSync(process.execPath, ['--v8-options'], { encoding: 'utf8', maxBuffer: 16 << 20 }).stdout || ''
-  return ['--log-code', '--logfile-per-isolate', ...(v8.includes('--log-source-position') ? ['--log-source-position'] : []), `--logfile=${logfile}`]
+  return env.v8LogFlags(process.execPath, logfile)
 }
 
 function configs(ctx) {

@@ -12,7 +12,7 @@
 // (options, output format, output directory), so a typo does not cost a
 // whole run.
 
-const { spawn, spawnSync } = require('child_process')
+const { spawn } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
@@ -32,11 +32,6 @@ const text = require('./text')
 // own: the older way, for a V8 the addon cannot use. Both flags are allowed
 // in NODE_OPTIONS.
 const PERF_MAP_FLAGS = ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack']
-// Functions that optimized code inlined are split back out from V8's own
-// log, which these flags make it write (only when the command is node: V8
-// flags are not allowed in NODE_OPTIONS). See docs/design/inlined-js-frames.md.
-const V8_LOG_FLAGS = ['--log-code', '--logfile-per-isolate']
-const V8_LOG_POSITION_FLAG = '--log-source-position' // V8 10.8 on; 10.2 logs positions with --log-code
 const LIVE_AFTER_MS = 1000
 const LIVE_EVERY_MS = 250
 const SPEC = {
@@ -202,17 +197,6 @@ function childEnv(opts, sessionDir, live) {
 function isNode(command) {
   const base = path.basename(command).toLowerCase()
   return /^(node|nodejs)(\d+)?(\.exe)?$/.test(base) || path.resolve(command) === process.execPath
-}
-
-/**
- * The flags that make `node` log what its optimized code inlined into
- * `logfile` (see V8_LOG_FLAGS), or none if it cannot say which it takes.
- */
-function v8LogFlags(node, logfile) {
-  const r = spawnSync(node, ['--v8-options'], { encoding: 'utf8', timeout: 10000, maxBuffer: 16 << 20 })
-  if (r.status !== 0 || !/--log-code\b/.test(r.stdout || '')) return []
-  const position = r.stdout.includes(V8_LOG_POSITION_FLAG) ? [V8_LOG_POSITION_FLAG] : []
-  return [...V8_LOG_FLAGS, ...position, `--logfile=${logfile}`]
 }
 
 /** The live "recording…" line on a terminal, from the child's status file. */
@@ -434,7 +418,7 @@ async function record(argv) {
     const script = opts.args.findIndex((a) => !a.startsWith('-'))
     const nodeOptions = script < 0 ? opts.args : opts.args.slice(0, script)
     const ownLog = nodeOptions.some((a) => /^--(no-)?(prof|log)[\w-]*(=|$)/.test(a))
-    const v8Flags = opts.inline && !ownLog && isNode(opts.command) ? v8LogFlags(opts.command, v8Log) : []
+    const v8Flags = opts.inline && !ownLog && isNode(opts.command) ? env.v8LogFlags(opts.command, v8Log) : []
     const run = v8Flags.length > 0 ? { ...opts, args: [...v8Flags, ...opts.args], v8Log } : opts
     try {
       status = await runChild(run, childEnv(run, sessionDir, live), sessionDir, (pid) => (topPid = pid))

@@ -434,7 +434,29 @@ pub struct JsName {
 /// `parse_js_name(raw).is_js` without building the name: the sampler
 /// classifies every frame of every sample with it.
 pub fn is_js_name(raw: &str) -> bool {
-    raw.split_once(':').is_some_and(|(kind, _)| matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval"))
+    raw.split_once(':').is_some_and(|(kind, _)| is_js_kind(kind))
+}
+
+/// The code-event kinds of JavaScript code (V8 10 to 14).
+fn is_js_kind(kind: &str) -> bool {
+    matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval")
+}
+
+/// Splits a JavaScript code-event name into its kind (`JS`, `LazyCompile`,
+/// ...), its marks and the rest (`name url:line:col`, as V8's log writes
+/// it); None for non-JS code.
+pub fn split_js_name(raw: &str) -> Option<(&str, &str, &str)> {
+    let (kind, rest) = raw.split_once(':').filter(|(kind, _)| is_js_kind(kind))?;
+    // The mark: an optional `o` (OSR code, V8 14) when a tier symbol follows,
+    // then tier symbols and `'` (context-specialized). No mark at all for
+    // functions whose optimization is disabled.
+    const MARKS: [char; 5] = ['*', '~', '^', '+', '\''];
+    let rest = match rest.strip_prefix('o') {
+        Some(after) if after.starts_with(MARKS) => after,
+        _ => rest,
+    };
+    let name = rest.trim_start_matches(MARKS);
+    Some((kind, &rest[..rest.len() - name.len()], name))
 }
 
 /// Splits V8's code-event name: `JS:<tier><name> <url>:<line>:<column>`
@@ -449,20 +471,8 @@ pub fn parse_js_name(raw: &str) -> JsName {
         tier: None,
         is_js: false,
     };
-    let Some((kind, rest)) = raw.split_once(':') else { return other(raw) };
-    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval") {
-        return other(raw);
-    }
-    // The mark: an optional `o` (OSR code, V8 14) when a tier symbol follows,
-    // then tier symbols and `'` (context-specialized). No mark at all for
-    // functions whose optimization is disabled.
-    const MARKS: [char; 5] = ['*', '~', '^', '+', '\''];
-    let rest = match rest.strip_prefix('o') {
-        Some(after) if after.starts_with(MARKS) => after,
-        _ => rest,
-    };
-    let tier = rest.chars().take_while(|c| MARKS.contains(c)).find(|c| *c != '\'');
-    let rest = rest.trim_start_matches(MARKS);
+    let Some((kind, marks, rest)) = split_js_name(raw) else { return other(raw) };
+    let tier = marks.chars().find(|c| *c != '\'');
     // V8 writes `name url:line:col`. A url can hold a space (`[worker
     // eval]`), and so can an inferred name (`get foo`), so a bracketed url
     // is found by its bracket, any other by the last space.

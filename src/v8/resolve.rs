@@ -20,7 +20,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::codemap::{parse_js_name, CodeKind, CodeMap};
+use super::codemap::{parse_js_name, split_js_name, CodeKind, CodeMap};
 use super::inline_log::InlineLog;
 use crate::sampler::backend::TAGGED_FRAME;
 
@@ -93,26 +93,12 @@ fn fate(map: &CodeMap, names: &mut Names, addr: u64, window: (u64, u64)) -> Fate
     }
 }
 
-/// The name a code event's `raw` name has in V8's log (`name url:l:c`,
-/// without kind and tier marks), for JavaScript code.
-fn logged_name(raw: &str) -> Option<&str> {
-    let (kind, rest) = raw.split_once(':')?;
-    if !matches!(kind, "JS" | "LazyCompile" | "Function" | "Script" | "Eval") {
-        return None;
-    }
-    const MARKS: [char; 5] = ['*', '~', '^', '+', '\''];
-    let rest = match rest.strip_prefix('o') {
-        Some(after) if after.starts_with(MARKS) => after,
-        _ => rest,
-    };
-    Some(rest.trim_start_matches(MARKS))
-}
-
 /// The tagged frames of the functions inlined at return address `addr`,
 /// outermost first; empty if none.
 fn inlined_at(map: &CodeMap, inlines: &InlineLog, names: &mut Names, addr: u64, t: u64) -> Vec<u64> {
     let Some(hit) = map.lookup(addr, t) else { return Vec::new() };
-    let Some(name) = logged_name(hit.raw) else { return Vec::new() };
+    // As V8's log names it: without kind and tier marks.
+    let Some((_, _, name)) = split_js_name(hit.raw) else { return Vec::new() };
     if hit.kind == CodeKind::Bytecode {
         return Vec::new();
     }

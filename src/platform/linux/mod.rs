@@ -34,7 +34,7 @@ use crate::sampler::backend::{
 };
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
-use crate::sampler::unwind::{lesson, StackCopy, StackEnd, Unwinder, Unwound};
+use crate::sampler::unwind::{lesson, record_fingerprint, StackCopy, StackEnd, Unwinder, Unwound};
 use crate::sampler::walker::{Registers, StackBounds};
 
 use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_ROOT, FLAG_TRUNCATED};
@@ -393,7 +393,9 @@ impl LinuxBackend {
             slot.forget_root();
         }
         if let Some((record, extent)) = l.learn_root {
-            slot.learn_root(record, extent);
+            if let (Some(saved_fp), Some(ret)) = (copy.read(record), copy.read(record + 8)) {
+                slot.learn_root(record, extent, record_fingerprint(saved_fp, ret));
+            }
         }
     }
 

@@ -36,7 +36,7 @@ use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, F
 use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, RUNTIME_FRAMES};
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
-use crate::sampler::unwind::{frame_records_above, large_frames};
+use crate::sampler::unwind::{copy_end_at_root, frame_records_above, large_frames};
 use crate::sampler::walker::Registers;
 
 const CHUNK_SLOTS: usize = 64;
@@ -81,6 +81,9 @@ pub struct ThreadSlot {
     root: AtomicU64,
     /// Copies of this thread skip no holes: one that did failed to unwind.
     dense: AtomicBool,
+    /// The root record's words when it was learned (see
+    /// [`record_fingerprint`](crate::sampler::unwind::record_fingerprint)).
+    root_fingerprint: AtomicU32,
 }
 
 /// What the sampler knows about a slot.
@@ -132,8 +135,12 @@ impl ThreadSlot {
     /// Records where this thread's stack root is: its outermost frame
     /// record, and the bytes above it that unwinding to the root reads.
     /// Ignored when they cannot be packed.
-    pub fn learn_root(&self, record: u64, extent: u64) {
+    /// `fingerprint` is of the record's words (see [`record_fingerprint`](crate::sampler::unwind::record_fingerprint)).
+    pub fn learn_root(&self, record: u64, extent: u64, fingerprint: u32) {
         if record != 0 && record >> 48 == 0 && (1..=0xffff).contains(&extent) {
+            // Fingerprint first: a handler that sees the new root with the
+            // old fingerprint only takes the slower way.
+            self.root_fingerprint.store(fingerprint, Ordering::Release);
             self.root.store(record << 16 | extent, Ordering::Release);
         }
     }
@@ -439,8 +446,10 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
 /// Copies the live stack into `d`. Returns true when it was the thread's
 /// own, validated stack (copied directly), false otherwise.
 ///
-/// On the thread's own stack the frame-pointer chain is followed first (a
-/// few dozen loads): it shows where the copy can end (at the thread's
+/// On the thread's own stack, a short stack below the thread's learned
+/// root whose root record is unchanged is copied whole up to it
+/// ([`copy_end_at_root`]). Otherwise the frame-pointer chain is followed
+/// first (a few dozen loads): it shows where the copy can end (at the thread's
 /// learned root, see [`ThreadSlot::learn_root`]) and which large frames it
 /// can skip the middle of: those whose call site a complete unwind showed
 /// to hold only the caller's locals ([`large_frames`]; libuv's poll loop
@@ -457,13 +466,22 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
     if own {
         let mut end = hi.min(start.saturating_add(COPY_BYTES as u64));
         let root = slot.root.load(Ordering::Acquire);
-        let dense = slot.dense.load(Ordering::Acquire);
         let read = |a: u64| {
-            // SAFETY: `plan_copy` and `frame_records_above` read only
-            // aligned words inside [start, hi), this thread's own stack
-            // (see below).
+            // SAFETY: `copy_end_at_root`, `plan_copy` and
+            // `frame_records_above` read only aligned words inside
+            // [start, hi), this thread's own stack (see below).
             unsafe { (a as *const u64).read_volatile() }
         };
+        d.copy_start = start;
+        if let Some(root_end) = copy_end_at_root(start, end, root, slot.root_fingerprint.load(Ordering::Acquire), read)
+        {
+            // SAFETY: as below, [start, root_end) lies inside [start, end).
+            let words = unsafe { large_frames::copy_around(start, root_end, &[], d.stack.as_mut_ptr()) };
+            d.copy_words = words as u32;
+            d.flags |= FLAG_TO_ROOT;
+            return true;
+        }
+        let dense = slot.dense.load(Ordering::Acquire);
         let (outermost, holes) = large_frames::plan_copy(regs.fp, start, end, dense, read, &mut d.holes);
         if root != 0 {
             let (record, extent) = (root >> 16, root & 0xffff);
@@ -480,7 +498,6 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         // holds `COPY_BYTES`, at least `end - start`.
         let words = unsafe { large_frames::copy_around(start, end, &d.holes[..holes], d.stack.as_mut_ptr()) };
         d.hole_len = holes as u32;
-        d.copy_start = start;
         d.copy_words = words as u32;
         if end < hi && d.flags & FLAG_TO_ROOT == 0 {
             d.flags |= FLAG_TRUNCATED;

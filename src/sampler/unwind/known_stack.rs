@@ -12,6 +12,45 @@ use super::{large_frames, StackEnd, Unwound};
 /// ends at the thread's learned root.
 pub const ROOT_MARGIN: u64 = 64;
 
+/// Largest live stack below a learned root that a copy takes whole
+/// without following its frame-pointer chain (see [`copy_end_at_root`]).
+pub const SHORT_STACK_BYTES: u64 = 4096;
+
+/// A fingerprint of a frame record: its saved frame pointer and return
+/// address folded into 32 bits. A root record holding the same two words
+/// as when it was learned is the same frame.
+#[inline(always)]
+pub fn record_fingerprint(saved_fp: u64, ret: u64) -> u32 {
+    let x = ret ^ saved_fp.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
+    let x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (x >> 32) as u32 ^ x as u32
+}
+
+/// Where a copy of the live stack `[start, limit)` can end without
+/// following the frame-pointer chain: at the learned root `root` (packed
+/// as `record << 16 | extent`, see [`Lesson::learn_root`]), when at most
+/// [`SHORT_STACK_BYTES`] lie below its end and its record still holds the
+/// words of `fingerprint`.
+///
+/// Following the chain costs one dependent load per frame, each a cache
+/// miss on frames the thread has not touched since they were entered; on a
+/// short stack that is most of the stopped window, and there is no large
+/// frame worth leaving out. A wrong cut is still caught after the copy: an
+/// unwind that does not reach the root forgets it (see [`lesson`]).
+///
+/// `read` is asked only for the record's two words, inside `[start,
+/// limit)`. Allocation-free, lock-free.
+#[inline(always)]
+pub fn copy_end_at_root(start: u64, limit: u64, root: u64, fingerprint: u32, read: impl Fn(u64) -> u64) -> Option<u64> {
+    let (record, extent) = (root >> 16, root & 0xffff);
+    let end = record.checked_add(extent)?;
+    let fits = root != 0 && record >= start && record & 7 == 0 && extent >= 16 && end <= limit;
+    if !fits || end - start > SHORT_STACK_BYTES {
+        return None;
+    }
+    (record_fingerprint(read(record), read(record + 8)) == fingerprint).then_some(end)
+}
+
 /// How an unwind changes what is known of its thread's stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lesson {
@@ -53,6 +92,31 @@ pub fn lesson(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_stack_ends_at_its_root_when_the_record_is_unchanged() {
+        // Root record at 0x1800 (saved fp 0, return 0x4242), 0x50 bytes read above it.
+        let (record, extent) = (0x1800u64, 0x50u64);
+        let root = record << 16 | extent;
+        let words = |ret: u64| move |a: u64| if a == record + 8 { ret } else { 0 };
+        let fp = record_fingerprint(0, 0x4242);
+        let reads = std::cell::Cell::new(0);
+        let counted = |a: u64| {
+            reads.set(reads.get() + 1);
+            assert!((0x1000..0x2000).contains(&a), "read outside the stack: {a:#x}");
+            words(0x4242)(a)
+        };
+        assert_eq!(copy_end_at_root(0x1000, 0x2000, root, fp, counted), Some(record + extent));
+        assert_eq!(reads.get(), 2, "only the record's two words");
+        assert_eq!(copy_end_at_root(0x1000, 0x2000, root, fp, words(0x4343)), None, "another frame there now");
+        assert_eq!(copy_end_at_root(0x1000, 0x2000, 0, record_fingerprint(0, 0), words(0)), None, "no root");
+        assert_eq!(copy_end_at_root(0x1808, 0x2000, root, fp, words(0x4242)), None, "the stack is above the record");
+        assert_eq!(copy_end_at_root(0x1000, 0x1840, root, fp, words(0x4242)), None, "the root ends beyond the stack");
+        let far = (0x1000 + SHORT_STACK_BYTES) << 16 | extent;
+        assert_eq!(copy_end_at_root(0x1000, 0x4000, far, fp, |_| panic!("read")), None, "too deep: the chain decides");
+        assert_eq!(copy_end_at_root(0x1000, 0x2000, (record + 4) << 16 | extent, fp, |_| panic!("read")), None);
+        assert_ne!(record_fingerprint(0, 0x4242), record_fingerprint(0x4242, 0));
+    }
 
     #[test]
     fn roots_are_learned_from_whole_copies_and_forgotten_when_a_cut_falls_short() {

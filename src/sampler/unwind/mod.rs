@@ -25,7 +25,7 @@ pub mod large_frames;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
 pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord};
-pub use known_stack::{lesson, Lesson};
+pub use known_stack::{copy_end_at_root, lesson, record_fingerprint, Lesson};
 
 use std::ops::Range;
 

@@ -18,7 +18,7 @@ use std::sync::{Mutex, PoisonError};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::events::{code_map, V8Ranges};
-use super::merge::{is_interpreter_name, merge_stacks, AddrClass, Merged};
+use super::merge::{is_interpreter_name, AddrClass, Merged, Merger};
 use super::slots;
 use crate::sampler::backend::{CapturedStack, StackRewrite};
 use crate::sampler::unwind::{RangeSet, StackEnd};
@@ -163,6 +163,7 @@ pub struct V8JsFrames {
     interpreted: Vec<[u64; slots::WORDS]>,
     learner: slots::Learner,
     merged: Vec<Merged>,
+    merger: Merger,
     /// JS samples checked against the code map, per thread (see
     /// `check_known`).
     checked: FxHashMap<u64, u32>,
@@ -312,7 +313,7 @@ impl StackRewrite for V8JsFrames {
             }
         };
         self.merged.clear();
-        merge_stacks(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
+        self.merger.merge(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
         self.check_known(c.tid);
         for m in &self.merged {
             match *m {

@@ -65,68 +65,112 @@ pub fn merge_stacks(
     classify: &dyn Fn(u64) -> AddrClass,
     out: &mut Vec<Merged>,
 ) {
-    // Anchors: JS entries (not bytecode) found, in order, in the native list.
-    let mut anchors: Vec<(usize, usize)> = Vec::new();
-    let mut from = 0;
-    for (j, &addr) in js.iter().enumerate() {
-        if classify(addr) == AddrClass::Bytecode {
-            continue;
+    Merger::default().merge(native, walk_end, js, classify, out)
+}
+
+/// [`merge_stacks`] with buffers kept from one merge to the next: once they
+/// have grown, a merge allocates nothing, and it asks `classify` once per
+/// address.
+#[derive(Default)]
+pub struct Merger {
+    native_class: Vec<AddrClass>,
+    js_class: Vec<AddrClass>,
+    anchors: Vec<(usize, usize)>,
+    bytecodes: Vec<u64>,
+    orphans: Vec<(u64, AddrClass)>,
+    slots: Vec<usize>,
+    extras: Vec<u64>,
+}
+
+impl Merger {
+    /// See [`merge_stacks`].
+    pub fn merge(
+        &mut self,
+        native: &[u64],
+        walk_end: WalkEnd,
+        js: &[u64],
+        classify: &dyn Fn(u64) -> AddrClass,
+        out: &mut Vec<Merged>,
+    ) {
+        let Merger { native_class, js_class, anchors, bytecodes, orphans, slots, extras } = self;
+        native_class.clear();
+        native_class.extend(native.iter().map(|&a| classify(a)));
+        js_class.clear();
+        js_class.extend(js.iter().map(|&a| classify(a)));
+        // Anchors: JS entries (not bytecode) found, in order, in the native list.
+        anchors.clear();
+        let mut from = 0;
+        for (j, &addr) in js.iter().enumerate() {
+            if js_class[j] == AddrClass::Bytecode {
+                continue;
+            }
+            if let Some(k) = native[from..].iter().position(|&n| n == addr) {
+                anchors.push((from + k, j));
+                from += k + 1;
+            }
         }
-        if let Some(k) = native.iter().skip(from).position(|&n| n == addr) {
-            anchors.push((from + k, j));
-            from += k + 1;
+        let (mut n0, mut j0) = (0, 0);
+        for &(n1, j1) in anchors.iter() {
+            // Between two anchors both lists are complete: pair from the root.
+            bytecodes.clear();
+            orphans.clear();
+            for j in j0..j1 {
+                match js_class[j] {
+                    AddrClass::Bytecode => bytecodes.push(js[j]),
+                    class => orphans.push((js[j], class)),
+                }
+            }
+            let seg = Segment { native: &native[n0..n1], class: &native_class[n0..n1] };
+            pair_segment(seg, bytecodes, false, slots, extras, out);
+            // JS frames the walk had no slot for: just above the anchor.
+            out.extend(extras.iter().map(|&a| Merged::Js { addr: a, interpreted: true }));
+            out.extend(orphans.iter().map(|&(a, class)| merged(a, class)));
+            out.push(merged(native[n1], native_class[n1]));
+            n0 = n1 + 1;
+            j0 = j1 + 1;
         }
-    }
-    let (mut n0, mut j0) = (0, 0);
-    for &(n1, j1) in &anchors {
-        // Between two anchors both lists are complete: pair from the root.
-        let seg_js = &js[j0..j1];
-        let bytecodes: Vec<u64> = seg_js.iter().copied().filter(|&a| classify(a) == AddrClass::Bytecode).collect();
-        let orphans: Vec<u64> = seg_js.iter().copied().filter(|&a| classify(a) != AddrClass::Bytecode).collect();
-        let extras = pair_segment(&native[n0..n1], &bytecodes, false, classify, out);
-        // JS frames the walk had no slot for: just above the anchor.
-        for a in extras.iter().chain(&orphans) {
-            out.push(js_or_native(*a, classify));
-        }
-        out.push(js_or_native(native[n1], classify));
-        n0 = n1 + 1;
-        j0 = j1 + 1;
-    }
-    // The last segment: the walk may have ended early, and V8 may know
-    // frames beyond its end. Its JS entries up to the first unanchored
-    // compiled/exit entry belong to the native frames walked; the rest are
-    // beyond them.
-    let seg_native = &native[n0..];
-    let seg_js = &js[j0..];
-    let split = seg_js.iter().position(|&a| classify(a) != AddrClass::Bytecode).unwrap_or(seg_js.len());
-    let (walked_js, beyond) = seg_js.split_at(split);
-    let ended_in_js =
-        seg_native.last().is_some_and(|&a| matches!(classify(a), AddrClass::InterpreterSlot | AddrClass::JsCode));
-    let cut = matches!(walk_end, WalkEnd::BadFramePointer | WalkEnd::NoPc);
-    let truncated = walk_end == WalkEnd::Truncated;
-    // If the walk stopped inside JS, its slots are the leaf-side ones.
-    let from_top = (cut || truncated) && ended_in_js;
-    let extras = pair_segment(seg_native, walked_js, from_top, classify, out);
-    if !truncated {
-        for &a in extras.iter().chain(beyond) {
-            out.push(js_or_native(a, classify));
+        // The last segment: the walk may have ended early, and V8 may know
+        // frames beyond its end. Its JS entries up to the first unanchored
+        // compiled/exit entry belong to the native frames walked; the rest are
+        // beyond them.
+        let seg = Segment { native: &native[n0..], class: &native_class[n0..] };
+        let split = js_class[j0..].iter().position(|&c| c != AddrClass::Bytecode).map_or(js.len(), |k| j0 + k);
+        let walked_js = &js[j0..split];
+        let ended_in_js = seg.class.last().is_some_and(|c| matches!(c, AddrClass::InterpreterSlot | AddrClass::JsCode));
+        let cut = matches!(walk_end, WalkEnd::BadFramePointer | WalkEnd::NoPc);
+        let truncated = walk_end == WalkEnd::Truncated;
+        // If the walk stopped inside JS, its slots are the leaf-side ones.
+        let from_top = (cut || truncated) && ended_in_js;
+        pair_segment(seg, walked_js, from_top, slots, extras, out);
+        if !truncated {
+            out.extend(extras.iter().map(|&a| Merged::Js { addr: a, interpreted: true }));
+            out.extend((split..js.len()).map(|j| merged(js[j], js_class[j])));
         }
     }
 }
 
-/// Writes `native`, with its interpreter slots replaced by `bytecodes`
-/// paired from the root side (or from the leaf side if `from_top`), and
-/// returns the bytecode frames left without a slot, in order.
+/// Native frames with their classes.
+#[derive(Clone, Copy)]
+struct Segment<'a> {
+    native: &'a [u64],
+    class: &'a [AddrClass],
+}
+
+/// Writes `seg`, with its interpreter slots replaced by `bytecodes` paired
+/// from the root side (or from the leaf side if `from_top`), and leaves the
+/// bytecode frames left without a slot, in order, in `extras`.
 fn pair_segment(
-    native: &[u64],
+    seg: Segment<'_>,
     bytecodes: &[u64],
     from_top: bool,
-    classify: &dyn Fn(u64) -> AddrClass,
+    slots: &mut Vec<usize>,
+    extras: &mut Vec<u64>,
     out: &mut Vec<Merged>,
-) -> Vec<u64> {
-    let slots: Vec<usize> = (0..native.len()).filter(|&i| classify(native[i]) == AddrClass::InterpreterSlot).collect();
+) {
+    slots.clear();
+    slots.extend((0..seg.native.len()).filter(|&i| seg.class[i] == AddrClass::InterpreterSlot));
     let pairs = slots.len().min(bytecodes.len());
-    let (slots, paired, extras) = if from_top {
+    let (used, paired, left) = if from_top {
         (&slots[..pairs], &bytecodes[..pairs], &bytecodes[pairs..])
     } else {
         (&slots[slots.len() - pairs..], &bytecodes[bytecodes.len() - pairs..], &bytecodes[..bytecodes.len() - pairs])
@@ -135,25 +179,27 @@ fn pair_segment(
     // walked frames: they go first.
     let leaf_extras = !from_top && pairs > 0;
     if leaf_extras {
-        for &a in extras {
-            out.push(Merged::Js { addr: a, interpreted: true });
+        out.extend(left.iter().map(|&a| Merged::Js { addr: a, interpreted: true }));
+    }
+    // `used` is ascending: walk it alongside the frames.
+    let mut next = 0;
+    for (i, &addr) in seg.native.iter().enumerate() {
+        if used.get(next) == Some(&i) {
+            out.push(Merged::Js { addr: paired[next], interpreted: true });
+            next += 1;
+        } else {
+            out.push(merged(addr, seg.class[i]));
         }
     }
-    for (i, &addr) in native.iter().enumerate() {
-        match slots.iter().position(|&s| s == i) {
-            Some(p) => out.push(Merged::Js { addr: paired[p], interpreted: true }),
-            None => out.push(js_or_native(addr, classify)),
-        }
-    }
-    if leaf_extras {
-        Vec::new()
-    } else {
-        extras.to_vec()
+    extras.clear();
+    if !leaf_extras {
+        extras.extend_from_slice(left);
     }
 }
 
-fn js_or_native(addr: u64, classify: &dyn Fn(u64) -> AddrClass) -> Merged {
-    match classify(addr) {
+/// The merged frame of an address of class `class`.
+fn merged(addr: u64, class: AddrClass) -> Merged {
+    match class {
         AddrClass::JsCode => Merged::Js { addr, interpreted: false },
         AddrClass::Bytecode => Merged::Js { addr, interpreted: true },
         _ => Merged::Native(addr),

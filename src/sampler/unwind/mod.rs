@@ -179,7 +179,12 @@ impl Unwinder {
             let lookup = address.address_for_lookup();
             let first = !address.is_return_address();
             let sp_before = arch::sp(&state);
-            let mut step = if first && self.code.keeps_frame_pointers(lookup) {
+            // Code outside modules (JIT code) has no unwind information:
+            // framehop would walk its frame pointer too, but through its
+            // rule cache, where each distinct JIT address takes a slot and
+            // evicts a module's rule, which then costs a DWARF parse again.
+            let frame_pointer = (first && self.code.keeps_frame_pointers(lookup)) || self.code.module(lookup).is_none();
+            let mut step = if frame_pointer {
                 arch::frame_pointer_step(&mut state, &mut read)
             } else {
                 self.inner.unwind_frame(address, &mut state, &mut self.cache, &mut read)
@@ -344,5 +349,33 @@ mod arch {
         r.set_fp(new_fp);
         r.set_lr(ra);
         Ok(Some(r.lr_mask().strip_ptr_auth(ra)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// JIT frames are walked by their frame pointers without framehop's
+    /// rule cache, which is left to the modules' rules.
+    #[test]
+    fn jit_frames_are_walked_without_the_rule_cache() {
+        let jit = 0x7f00_0000_0000..0x7f00_0001_0000;
+        let mut u = Unwinder::default();
+        u.set_jit_regions(vec![jit.clone()]);
+        // Records at 0x1010 -> 0x1030 (saved fp 0: the root), each
+        // returning into JIT code.
+        let mut words = [0u64; 8];
+        words[2] = 0x1030;
+        words[3] = jit.start + 0x2000;
+        words[7] = jit.start + 0x3000;
+        let copy = StackCopy::whole(0x1000, &words);
+        let regs = Registers { pc: jit.start + 0x1000, sp: 0x1000, fp: 0x1010, lr: 0 };
+        let mut out = Unwound::default();
+        assert_eq!(u.unwind(regs, &copy, 64, &mut out), StackEnd::Root);
+        assert_eq!(out.frames, vec![jit.start + 0x1000, jit.start + 0x2000, jit.start + 0x3000]);
+        let c = u.cache_stats();
+        let lookups = c.hit_count + c.miss_empty_slot_count + c.miss_wrong_modules_count + c.miss_wrong_address_count;
+        assert_eq!(lookups, 0, "{c:?}");
     }
 }

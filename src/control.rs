@@ -264,13 +264,28 @@ fn v8_log() -> crate::v8::inline_log::InlineLog {
 }
 
 /// The `--logfile` of a V8 run with `--log-code` (or `--log-all`), from a
-/// command line: the options before the first argument that is not one.
+/// command line: node's options before the first argument that is not one,
+/// and the V8 flags of a Chromium `--js-flags=` switch (Electron), which
+/// may come anywhere before `--`.
 fn v8_logfile(args: impl Iterator<Item = String>) -> Option<std::path::PathBuf> {
-    let options: Vec<String> = args.skip(1).take_while(|a| a.starts_with('-')).map(|a| a.replace('_', "-")).collect();
-    if !options.iter().any(|a| a == "--log-code" || a == "--log-all") {
+    let args: Vec<String> = args.skip(1).collect();
+    let mut options: Vec<&str> = args.iter().take_while(|a| a.starts_with('-')).map(String::as_str).collect();
+    for a in args.iter().take_while(|a| *a != "--") {
+        if let Some(flags) = a.strip_prefix("--js-flags=") {
+            options.extend(flags.split_whitespace());
+        }
+    }
+    // V8 takes `_` and `-` alike in a flag's name (not in its value).
+    let name = |a: &str| a.split('=').next().unwrap_or(a).replace('_', "-");
+    if !options.iter().any(|a| name(a) == "--log-code" || name(a) == "--log-all") {
         return None;
     }
-    let file = options.iter().rev().find_map(|a| a.strip_prefix("--logfile=")).unwrap_or("v8.log");
+    let file = options
+        .iter()
+        .rev()
+        .find(|a| name(a) == "--logfile")
+        .and_then(|a| a.split_once('='))
+        .map_or("v8.log", |(_, f)| f);
     // `-` is the console, `+` a temporary file: nothing to read.
     (file != "-" && file != "+").then(|| std::path::PathBuf::from(file))
 }
@@ -354,5 +369,12 @@ mod tests {
         assert_eq!(f(&["node", "--log-all", "--logfile=-", "app.js"]), None);
         assert_eq!(f(&["node", "app.js", "--log-code"]), None, "the program's own argument");
         assert_eq!(f(&["node", "--logfile=/tmp/x.log", "app.js"]), None, "no code log");
+        assert_eq!(f(&["node", "--log_code", "--logfile=/tmp/my_log.txt", "app.js"]), path("/tmp/my_log.txt"));
+        // Electron: V8's flags in Chromium's switch, before or after the app.
+        let electron = ["electron", ".", "--js-flags=--log-code --logfile-per-isolate --logfile=/tmp/e_1.log"];
+        assert_eq!(f(&electron), path("/tmp/e_1.log"));
+        assert_eq!(f(&["electron", "--js-flags=--log_code", "."]), path("v8.log"));
+        assert_eq!(f(&["electron", ".", "--", "--js-flags=--log-code"]), None, "the app's own argument");
+        assert_eq!(f(&["electron", "--js-flags=--max-old-space-size=100", "."]), None, "no code log");
     }
 }

@@ -43,17 +43,32 @@ use procfs::Maps;
 use signal::Bounds;
 use timers::CpuTimer;
 
-/// Listing `/proc/self/task` costs 0.5-1.5 µs per thread (the kernel looks
+/// Listing `/proc/self/task` costs 0.5-2 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
 /// thread count, which is one `fstat`, so a thread that starts or exits is
-/// seen within a refresh; a full listing still happens every so often, to
-/// catch one thread exiting while another starts within one refresh:
-/// every 100 ms in a process of up to 25 threads, less often in larger ones
-/// (4 ms per thread, at least once a second), so that listing stays near
-/// 0.04 % of a core.
+/// seen within a refresh. One thread exiting while another starts leaves
+/// the count as it was: every so often ([`tail_check_period_ns`]) the last
+/// [`TAIL_THREADS`] of the kernel's list (the newest, see
+/// `procfs::TaskList::list_from`) are compared with the known ones, and an
+/// unknown one means a listing now. A full listing, which also forgets
+/// threads that exited that way, happens every second in a process of up
+/// to 25 threads, less often in larger ones (40 ms per thread, at least
+/// every 10 s).
 fn list_period_ns(threads: usize) -> u64 {
+    (threads as u64 * 40_000_000).clamp(1_000_000_000, 10_000_000_000)
+}
+
+/// How often the newest threads are checked between listings: every
+/// 100 ms in a process of up to 25 threads, less often in larger ones
+/// (4 ms per thread, at least once a second). The kernel walks its list up
+/// to them, about 0.1 µs per thread, and looks up a dentry for each of the
+/// last few, so that checking stays near 0.01 % of a core.
+fn tail_check_period_ns(threads: usize) -> u64 {
     (threads as u64 * 4_000_000).clamp(100_000_000, 1_000_000_000)
 }
+
+/// How many of the newest threads that check reads.
+const TAIL_THREADS: usize = 8;
 
 /// How often the signal mask of a thread that takes the signal is checked
 /// again.
@@ -155,6 +170,10 @@ pub struct LinuxBackend {
     tasks: procfs::TaskList,
     tids: Vec<u64>,
     listed_ns: u64,
+    /// When the newest threads were last checked (see [`tail_check_period_ns`]),
+    /// and the buffer for them.
+    tail_checked_ns: u64,
+    tail: Vec<u64>,
     buf: Vec<u8>,
     pool: &'static Pool,
     /// This session has mapped the pool's pages in (see `Pool::populate`):
@@ -236,6 +255,8 @@ impl LinuxBackend {
             tasks,
             tids: Vec::new(),
             listed_ns: 0,
+            tail_checked_ns: 0,
+            tail: Vec::with_capacity(2 * TAIL_THREADS),
             buf: Vec::with_capacity(4096),
             pool,
             pool_populated: false,
@@ -522,7 +543,15 @@ impl Backend for LinuxBackend {
         let listed_recently = now.saturating_sub(self.listed_ns) < list_period_ns(self.tids.len());
         // The periodic full refresh (names) needs no listing of its own;
         // the last one, at `finish`, lists so that every thread is named.
-        if (full && self.finishing) || !unchanged || !listed_recently || self.threads.is_empty() {
+        let mut list = (full && self.finishing) || !unchanged || !listed_recently || self.threads.is_empty();
+        if !list && now.saturating_sub(self.tail_checked_ns) >= tail_check_period_ns(self.tids.len()) {
+            self.tail_checked_ns = now;
+            let skip = self.tids.len().saturating_sub(TAIL_THREADS);
+            if self.tasks.list_from(skip, &mut self.tail).is_ok() {
+                list = self.tail.iter().any(|t| self.tids.binary_search(t).is_err());
+            }
+        }
+        if list {
             if self.tasks.list(&mut self.tids).is_err() {
                 return;
             }
@@ -913,6 +942,45 @@ mod capture_tests {
         clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
     }
 
+    /// The handler's pool and slots are the process's: one session at a time.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    /// One thread exiting while another starts leaves the thread count as it
+    /// was: the new one is found among the newest threads before the next
+    /// full listing is due.
+    #[test]
+    fn a_thread_started_as_another_exits_is_found_between_listings() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = LinuxBackend::new().unwrap();
+        let registry = ThreadRegistry::default();
+        let park = || {
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let t = std::thread::spawn(move || {
+                tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+                let _ = rx.recv();
+            });
+            (tid_rx.recv().unwrap(), tx, t)
+        };
+        let (old, old_tx, old_thread) = park();
+        b.refresh_threads(&registry, false);
+        assert!(registry.contains(old));
+        drop(old_tx);
+        old_thread.join().unwrap();
+        let (new, new_tx, new_thread) = park();
+        // The last listing is recent, and (unless other tests' threads came
+        // or went meanwhile) the count is unchanged: only the check of the
+        // newest threads can find it.
+        b.listed_ns = monotonic_ns();
+        b.tail_checked_ns = 0;
+        b.refresh_threads(&registry, false);
+        let found = registry.contains(new);
+        drop(new_tx);
+        new_thread.join().unwrap();
+        b.finish(0, &mut |_| {});
+        assert!(found, "{new} not found; the newest threads: {:?}", b.tail);
+    }
+
     /// A chain of calls the optimizer keeps, so the stack has known depth.
     #[inline(never)]
     fn deep(n: u32, until: u64) -> u64 {
@@ -948,8 +1016,6 @@ mod capture_tests {
     /// Samples, in CPU mode at 1 ms, a thread that runs `deep(depth)` for
     /// 300 ms of its CPU time, under a large frame if asked.
     fn sample_deep_thread(depth: u32, large_frame: bool) -> (u64, Vec<Seen>, BackendCounters, u64) {
-        // The handler's pool and slots are the process's: one session at a time.
-        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let mut b = LinuxBackend::new().unwrap();
         b.prepare_sampler_thread();

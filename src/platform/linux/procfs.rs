@@ -46,11 +46,24 @@ impl TaskList {
 
     /// Lists the thread ids, sorted, into `out`.
     pub fn list(&mut self, out: &mut Vec<u64>) -> std::io::Result<()> {
+        self.list_from(0, out)?;
+        out.sort_unstable();
+        Ok(())
+    }
+
+    /// Lists the ids of the threads from the `skip`-th on, in the kernel's
+    /// order, into `out`. That is the order they were created in (a new
+    /// thread joins the end of its group's list), so the last few are the
+    /// newest; the kernel walks to the `skip`-th without a dentry lookup
+    /// for the ones before it.
+    pub fn list_from(&mut self, skip: usize, out: &mut Vec<u64>) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
         out.clear();
         let fd = self.fd.as_raw_fd();
-        // SAFETY: rewinding a directory fd we own.
-        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+        // Positions 0 and 1 are "." and "..", then one per thread.
+        let pos = (skip as libc::off_t).saturating_add(2);
+        // SAFETY: positioning a directory fd we own.
+        if unsafe { libc::lseek(fd, pos, libc::SEEK_SET) } < 0 {
             return Err(std::io::Error::last_os_error());
         }
         loop {
@@ -65,7 +78,6 @@ impl TaskList {
             }
             parse_dirents(&self.buf[..n as usize], out);
         }
-        out.sort_unstable();
         Ok(())
     }
 }
@@ -352,6 +364,38 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mut after = Vec::new();
         list.list(&mut after).unwrap();
         assert!(!after.contains(&tid));
+    }
+
+    #[test]
+    fn the_newest_threads_are_listed_last() {
+        let mut list = TaskList::open().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+            rx.recv().unwrap();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut all = Vec::new();
+        list.list_from(0, &mut all).unwrap();
+        let mut sorted = Vec::new();
+        list.list(&mut sorted).unwrap();
+        // The same threads either way (other tests' threads may come and
+        // go in between, hence the slack).
+        let mut unsorted = all.clone();
+        unsorted.sort_unstable();
+        assert!(unsorted.len().abs_diff(sorted.len()) <= 8);
+        // The process's first thread comes first, the one just started
+        // among the last (other tests may have started a few since).
+        assert_eq!(all[0], std::process::id() as u64);
+        let mut tail = Vec::new();
+        list.list_from(all.len().saturating_sub(8), &mut tail).unwrap();
+        assert!(tail.contains(&tid), "{tid} not among the last: {tail:?}");
+        assert!(tail.len() <= 16);
+        list.list_from(all.len() + 100, &mut tail).unwrap();
+        assert!(tail.is_empty());
+        tx.send(()).unwrap();
+        t.join().unwrap();
     }
 
     #[test]

@@ -475,7 +475,10 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         d.copy_start = start;
         if let Some(root_end) = copy_end_at_root(start, end, root, slot.root_fingerprint.load(Ordering::Acquire), read)
         {
-            // SAFETY: as below, [start, root_end) lies inside [start, end).
+            // SAFETY: [start, root_end) lies inside [start, end), part of
+            // this thread's own stack [lo, hi) (mapped and readable, as for
+            // the copy below); no holes; the record this handler owns holds
+            // `COPY_BYTES`, at least `end - start`.
             let words = unsafe { large_frames::copy_around(start, root_end, &[], d.stack.as_mut_ptr()) };
             d.copy_words = words as u32;
             d.flags |= FLAG_TO_ROOT;

@@ -234,6 +234,19 @@ fn timer_records_per_cpu(interval_ns: u64, drain_ns: u64) -> usize {
     (2 * drain_ns / interval_ns.max(1)).max(16) as usize
 }
 
+/// For tests: a thread that waits until the returned sender sends or is
+/// dropped; its tid, that sender, and its handle.
+#[cfg(test)]
+fn parked_thread() -> (u64, std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+        let _ = rx.recv();
+    });
+    (tid_rx.recv().unwrap(), tx, t)
+}
+
 fn cpu_count() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
 }
@@ -953,21 +966,12 @@ mod capture_tests {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let mut b = LinuxBackend::new().unwrap();
         let registry = ThreadRegistry::default();
-        let park = || {
-            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-            let (tx, rx) = std::sync::mpsc::channel::<()>();
-            let t = std::thread::spawn(move || {
-                tid_tx.send(crate::sampler::thread_id::current()).unwrap();
-                let _ = rx.recv();
-            });
-            (tid_rx.recv().unwrap(), tx, t)
-        };
-        let (old, old_tx, old_thread) = park();
+        let (old, old_tx, old_thread) = parked_thread();
         b.refresh_threads(&registry, false);
         assert!(registry.contains(old));
         drop(old_tx);
         old_thread.join().unwrap();
-        let (new, new_tx, new_thread) = park();
+        let (new, new_tx, new_thread) = parked_thread();
         // The last listing is recent, and (unless other tests' threads came
         // or went meanwhile) the count is unchanged: only the check of the
         // newest threads can find it.

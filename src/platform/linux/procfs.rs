@@ -345,13 +345,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mut list = TaskList::open().unwrap();
         let mut before = Vec::new();
         list.list(&mut before).unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let t = std::thread::spawn(move || {
-            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
-            rx.recv().unwrap();
-        });
-        let tid = tid_rx.recv().unwrap();
+        let (tid, tx, t) = super::super::parked_thread();
         let mut during = Vec::new();
         list.list(&mut during).unwrap();
         // The link count tracks the thread count (other tests' threads may
@@ -369,13 +363,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     #[test]
     fn the_newest_threads_are_listed_last() {
         let mut list = TaskList::open().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let t = std::thread::spawn(move || {
-            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
-            rx.recv().unwrap();
-        });
-        let tid = tid_rx.recv().unwrap();
+        let (tid, tx, t) = super::super::parked_thread();
         let mut all = Vec::new();
         list.list_from(0, &mut all).unwrap();
         let mut sorted = Vec::new();

@@ -466,6 +466,8 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
     if own {
         let mut end = hi.min(start.saturating_add(COPY_BYTES as u64));
         let root = slot.root.load(Ordering::Acquire);
+        // See `ThreadSlot::root`; a zero record is none.
+        let (record, extent) = (root >> 16, root & 0xffff);
         let read = |a: u64| {
             // SAFETY: `copy_end_at_root`, `plan_copy` and
             // `frame_records_above` read only aligned words inside
@@ -473,7 +475,8 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
             unsafe { (a as *const u64).read_volatile() }
         };
         d.copy_start = start;
-        if let Some(root_end) = copy_end_at_root(start, end, root, slot.root_fingerprint.load(Ordering::Acquire), read)
+        if let Some(root_end) =
+            copy_end_at_root(start, end, (record, extent), slot.root_fingerprint.load(Ordering::Acquire), read)
         {
             // SAFETY: [start, root_end) lies inside [start, end), part of
             // this thread's own stack [lo, hi) (mapped and readable, as for
@@ -486,12 +489,9 @@ fn copy_stack(slot: &ThreadSlot, regs: &Registers, tcb: u64, d: &mut RecordData)
         }
         let dense = slot.dense.load(Ordering::Acquire);
         let (outermost, holes) = large_frames::plan_copy(regs.fp, start, end, dense, read, &mut d.holes);
-        if root != 0 {
-            let (record, extent) = (root >> 16, root & 0xffff);
-            if outermost == Some(record) && record + extent < end {
-                end = record + extent;
-                d.flags |= FLAG_TO_ROOT;
-            }
+        if record != 0 && outermost == Some(record) && record + extent < end {
+            end = record + extent;
+            d.flags |= FLAG_TO_ROOT;
         }
         // SAFETY: [start, end) lies inside [lo, hi), the stack this very
         // thread is running on (its control block is still `tcb`, at the

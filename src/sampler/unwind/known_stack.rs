@@ -27,10 +27,10 @@ pub fn record_fingerprint(saved_fp: u64, ret: u64) -> u32 {
 }
 
 /// Where a copy of the live stack `[start, limit)` can end without
-/// following the frame-pointer chain: at the learned root `root` (packed
-/// as `record << 16 | extent`, see [`Lesson::learn_root`]), when at most
-/// [`SHORT_STACK_BYTES`] lie below its end and its record still holds the
-/// words of `fingerprint`.
+/// following the frame-pointer chain: at the learned root (its `record` and
+/// `extent`, see [`Lesson::learn_root`]; a zero record is none), when at
+/// most [`SHORT_STACK_BYTES`] lie below its end and its record still holds
+/// the words of `fingerprint`.
 ///
 /// Following the chain costs one dependent load per frame, each a cache
 /// miss on frames the thread has not touched since they were entered; on a
@@ -41,10 +41,15 @@ pub fn record_fingerprint(saved_fp: u64, ret: u64) -> u32 {
 /// `read` is asked only for the record's two words, inside `[start,
 /// limit)`. Allocation-free, lock-free.
 #[inline(always)]
-pub fn copy_end_at_root(start: u64, limit: u64, root: u64, fingerprint: u32, read: impl Fn(u64) -> u64) -> Option<u64> {
-    let (record, extent) = (root >> 16, root & 0xffff);
+pub fn copy_end_at_root(
+    start: u64,
+    limit: u64,
+    (record, extent): (u64, u64),
+    fingerprint: u32,
+    read: impl Fn(u64) -> u64,
+) -> Option<u64> {
     let end = record.checked_add(extent)?;
-    let fits = root != 0 && record >= start && record & 7 == 0 && extent >= 16 && end <= limit;
+    let fits = record != 0 && record >= start && record & 7 == 0 && extent >= 16 && end <= limit;
     if !fits || end - start > SHORT_STACK_BYTES {
         return None;
     }
@@ -97,7 +102,7 @@ mod tests {
     fn a_short_stack_ends_at_its_root_when_the_record_is_unchanged() {
         // Root record at 0x1800 (saved fp 0, return 0x4242), 0x50 bytes read above it.
         let (record, extent) = (0x1800u64, 0x50u64);
-        let root = record << 16 | extent;
+        let root = (record, extent);
         let words = |ret: u64| move |a: u64| if a == record + 8 { ret } else { 0 };
         let fp = record_fingerprint(0, 0x4242);
         let reads = std::cell::Cell::new(0);
@@ -109,12 +114,12 @@ mod tests {
         assert_eq!(copy_end_at_root(0x1000, 0x2000, root, fp, counted), Some(record + extent));
         assert_eq!(reads.get(), 2, "only the record's two words");
         assert_eq!(copy_end_at_root(0x1000, 0x2000, root, fp, words(0x4343)), None, "another frame there now");
-        assert_eq!(copy_end_at_root(0x1000, 0x2000, 0, record_fingerprint(0, 0), words(0)), None, "no root");
+        assert_eq!(copy_end_at_root(0x1000, 0x2000, (0, extent), record_fingerprint(0, 0), words(0)), None, "no root");
         assert_eq!(copy_end_at_root(0x1808, 0x2000, root, fp, words(0x4242)), None, "the stack is above the record");
         assert_eq!(copy_end_at_root(0x1000, 0x1840, root, fp, words(0x4242)), None, "the root ends beyond the stack");
-        let far = (0x1000 + SHORT_STACK_BYTES) << 16 | extent;
+        let far = (0x1000 + SHORT_STACK_BYTES, extent);
         assert_eq!(copy_end_at_root(0x1000, 0x4000, far, fp, |_| panic!("read")), None, "too deep: the chain decides");
-        assert_eq!(copy_end_at_root(0x1000, 0x2000, (record + 4) << 16 | extent, fp, |_| panic!("read")), None);
+        assert_eq!(copy_end_at_root(0x1000, 0x2000, (record + 4, extent), fp, |_| panic!("read")), None);
         assert_ne!(record_fingerprint(0, 0x4242), record_fingerprint(0x4242, 0));
     }
 

@@ -183,16 +183,14 @@ impl Unwinder {
             // framehop would walk its frame pointer too, but through its
             // rule cache, where each distinct JIT address takes a slot and
             // evicts a module's rule, which then costs a DWARF parse again.
-            let frame_pointer = (first && self.code.keeps_frame_pointers(lookup)) || self.code.module(lookup).is_none();
-            let mut step = if frame_pointer {
+            let module = self.code.module(lookup);
+            let mut step = if (first && self.code.keeps_frame_pointers(lookup)) || module.is_none() {
                 arch::frame_pointer_step(&mut state, &mut read)
             } else {
                 self.inner.unwind_frame(address, &mut state, &mut self.cache, &mut read)
             };
             if matches!(step, Err(ref e) if !matches!(e, Error::CouldNotReadStack(_))) {
-                if let Some(s) =
-                    self.code.module(lookup).and_then(|m| m.cfi_step(lookup, arch::step_regs(&state), &mut read))
-                {
+                if let Some(s) = module.and_then(|m| m.cfi_step(lookup, arch::step_regs(&state), &mut read)) {
                     arch::apply(&mut state, s.sp, s.fp, s.ra);
                     step = Ok(s.ra);
                 }

@@ -2,10 +2,10 @@
 // A loopback HTTP server whose route calls small functions V8 inlines
 // (parse, validate, hash, render) under load from a client process (8
 // keep-alive connections for opts.ms). With opts.sample it profiles itself
-// with machsampler from 800 ms on and prints the main thread's JS self-time
-// shares (the innermost JS function of each running sample; with
-// opts.jsLeaf only samples whose leaf is JS or a builtin); otherwise it just
-// runs, for --cpu-prof.
+// with machsampler (opts.mode, CPU by default) from 800 ms on and prints the
+// main thread's JS self-time shares: each running sample counts for the
+// innermost JS function on its stack, as V8's profiler counts native code
+// called from JS for its caller. Otherwise it just runs, for --cpu-prof.
 const http = require('http')
 const crypto = require('crypto')
 const { spawn } = require('child_process')
@@ -72,16 +72,13 @@ function jsSelfShares(ms, p) {
   let total = 0
   for (let i = 0; i < p.samples.stack.length; i++) {
     if (p.samples.idle[i] || !p.threads[p.samples.thread[i]].isMain) continue
-    if (opts.jsLeaf) {
-      const leaf = s.frameFunction[p.stacks.frame[p.samples.stack[i]]]
-      if (!(s.functions.kind[leaf] === 'js' || s.functions.name[leaf].startsWith('Builtins_'))) continue
-    }
     for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) {
       const f = s.frameFunction[p.stacks.frame[n]]
       if (s.functions.kind[f] !== 'js') continue
       const name = s.functions.name[f].replace(/ \(.*$/, '')
-      self.set(name, (self.get(name) || 0) + 1)
-      total++
+      const w = p.samples.weight ? p.samples.weight[i] : 1 // CPU mode: the intervals a sample stands for
+      self.set(name, (self.get(name) || 0) + w)
+      total += w
       break
     }
   }
@@ -92,7 +89,7 @@ const server = http.createServer(handleRequest)
 server.listen(0, '127.0.0.1', () => {
   const ms = opts.sample ? require('../..') : null
   const client = spawn(process.execPath, ['-e', CLIENT(server.address().port, opts.ms || 4000)], { stdio: 'inherit' })
-  if (ms) setTimeout(() => ms.start({ intervalMs: opts.intervalMs || 1 }), 800)
+  if (ms) setTimeout(() => ms.start({ intervalMs: opts.intervalMs || 1, mode: opts.mode || 'cpu' }), 800)
   client.on('exit', () => {
     if (ms) process.stdout.write(JSON.stringify(jsSelfShares(ms, ms.stop())) + '\n')
     server.close()

@@ -228,6 +228,38 @@ function once(ctx, i) {
   })
 }
 
+/**
+ * The noise floor a profile of `n` stacks can reach: L1 between perf run
+ * `b` and perf run `a` drawn down to `n` of its stacks (fixed-seed draws
+ * without replacement, median of `draws`). machsampler's CPU mode takes
+ * fewer, heavier stacks than perf (the kernel checks CPU timers at its
+ * tick), so at equal CPU time its shares carry more sampling noise than
+ * two perf runs do.
+ */
+function noiseAtCount(n, a, b, what, draws = 7) {
+  let seed = 0x9e3779b9
+  const random = () => {
+    seed = (seed + 0x6d2b79f5) >>> 0
+    let t = seed
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32
+  }
+  if (n >= a.stacks.length) return l1(shares(a[what]), shares(b[what]))
+  const out = []
+  for (let d = 0; d < draws; d++) {
+    const pool = [...a.stacks]
+    const g = group()
+    for (let i = 0; i < n; i++) {
+      const j = i + Math.floor(random() * (pool.length - i))
+      ;[pool[i], pool[j]] = [pool[j], pool[i]]
+      count(g, pool[i].names, pool[i].w)
+    }
+    out.push(l1(shares(g[what]), shares(b[what])))
+  }
+  return median(out)
+}
+
 async function run(ctx) {
   if (ctx.perfOk !== true) return { skipped: `perf record does not work here: ${ctx.perfOk}` }
   const runs = [await once(ctx, 0), await once(ctx, 1)]
@@ -236,6 +268,8 @@ async function run(ctx) {
   for (const [group, what] of Object.entries(measure)) {
     const d = runs.map((r) => l1(shares(r.ours[group][what]), shares(r.perf[group][what])))
     const noise = l1(shares(runs[0].perf[group][what]), shares(runs[1].perf[group][what]))
+    const stacks = median(runs.map((r) => r.ours[group].stacks.length))
+    const noiseAtOurStacks = noiseAtCount(stacks, runs[1].perf[group], runs[0].perf[group], what)
     const a = shares(runs[0].ours[group][what])
     const b = shares(runs[0].perf[group][what])
     const diffs = [...new Set([...a.keys(), ...b.keys()])].map((k) => [k, +((a.get(k) || 0) - (b.get(k) || 0)).toFixed(4)]).sort((x, y) => Math.abs(y[1]) - Math.abs(x[1])).slice(0, 8)
@@ -259,8 +293,8 @@ async function run(ctx) {
       }
       extra.complete = { machsampler: median(runs.map((r) => completeShare(r.ours[group]))), perf: median(runs.map((r) => completeShare(r.perf[group]))) }
     }
-    out[group] = { what, l1: median(d), l1Runs: d, noiseL1: noise, ...extra, top: { machsampler: top(runs[0].ours[group][what]), perf: top(runs[0].perf[group][what]), perf2: top(runs[1].perf[group][what]) }, samples: { machsampler: runs.map((r) => r.ours[group].samples), perf: runs.map((r) => r.perf[group].samples) }, largestDifferences: diffs }
-    ctx.log(`fidelity ${group} (${what}): L1 ${d.map((x) => x.toFixed(3)).join(', ')}; noise ${noise.toFixed(3)}; ${JSON.stringify(diffs.slice(0, 4))}`)
+    out[group] = { what, l1: median(d), l1Runs: d, noiseL1: noise, noiseL1AtOurStacks: noiseAtOurStacks, stacks: { machsampler: runs.map((r) => r.ours[group].stacks.length), perf: runs.map((r) => r.perf[group].stacks.length) }, ...extra, top: { machsampler: top(runs[0].ours[group][what]), perf: top(runs[0].perf[group][what]), perf2: top(runs[1].perf[group][what]) }, samples: { machsampler: runs.map((r) => r.ours[group].samples), perf: runs.map((r) => r.perf[group].samples) }, largestDifferences: diffs }
+    ctx.log(`fidelity ${group} (${what}): L1 ${d.map((x) => x.toFixed(3)).join(', ')}; noise ${noise.toFixed(3)}, at machsampler's ${stacks} stacks ${noiseAtOurStacks.toFixed(3)}; ${JSON.stringify(diffs.slice(0, 4))}`)
     if (extra.perfUnwindable) ctx.log(`fidelity ${group} on leaves perf unwinds: ${JSON.stringify(extra)}`)
   }
   return out
@@ -274,7 +308,7 @@ function rows(r) {
   for (const g of Object.keys(label)) {
     const x = r[g]
     const complete = x.complete ? `; complete stacks: machsampler ${pct(x.complete.machsampler * 100, 1)}, perf ${pct(x.complete.perf * 100, 1)}` : ''
-    out.push([`fidelity vs perf --call-graph dwarf, L1: ${label[g]}`, `${x.l1.toFixed(3)} ${range(x.l1Runs)} (noise floor ${x.noiseL1.toFixed(3)}; ${x.samples.machsampler.join('/')} vs ${x.samples.perf.join('/')} samples${complete})`, '≤ 0.10', verdict(x.l1 <= 0.1)])
+    out.push([`fidelity vs perf --call-graph dwarf, L1: ${label[g]}`, `${x.l1.toFixed(3)} ${range(x.l1Runs)} (noise floor ${x.noiseL1.toFixed(3)}, ${x.noiseL1AtOurStacks == null ? '-' : x.noiseL1AtOurStacks.toFixed(3)} at machsampler's stack count; ${x.samples.machsampler.join('/')} vs ${x.samples.perf.join('/')} samples${x.stacks ? ` in ${x.stacks.machsampler.join('/')} vs ${x.stacks.perf.join('/')} stacks` : ''}${complete})`, '≤ 0.10', verdict(x.l1 <= 0.1)])
     const u = x.perfUnwindable
     if (u) out.push([`  the same, on samples whose leaf perf unwinds to the root ≥ 95 % of the time`, `${u.l1.toFixed(3)} ${range(u.l1Runs)} (noise floor ${u.noiseL1.toFixed(3)}; ${pct(u.samplesKept.machsampler * 100, 1)} / ${pct(u.samplesKept.perf * 100, 1)} of samples)`, '≤ 0.10', verdict(u.l1 <= 0.1)])
   }

@@ -780,6 +780,12 @@ export interface ThreadInfo {
 }
 
 /**
+ * For the addon's JavaScript: a thread was just created (a Worker), so
+ * the running sampler, if any, looks for threads now. Never waits.
+ */
+export declare function threadsCreated(): void
+
+/**
  * Watches the calling thread's event loop for stalls: times it does not
  * turn for `thresholdMs` or longer. Each stall is handed to `onStall` on
  * this thread once the loop turns again, with a profile of every thread

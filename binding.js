@@ -855,4 +855,5 @@ module.exports.stop = nativeBinding.stop
 module.exports.symbolDownloads = nativeBinding.symbolDownloads
 module.exports.symbolicate = nativeBinding.symbolicate
 module.exports.threadCount = nativeBinding.threadCount
+module.exports.threadsCreated = nativeBinding.threadsCreated
 module.exports.watchStalls = nativeBinding.watchStalls

@@ -81,8 +81,8 @@ describe('stats and profile shape', () => {
     while (Date.now() < end) x += Math.sqrt(x)
     const live = ms.stats()
     expect(live.threadsSampled).toBe(live.samplesCaptured + live.samplesDropped)
-    // CPU mode: the sampler wakes to drain captures, every 10 ms at 1 kHz.
-    expect(live.ticks).toBeGreaterThan(10)
+    // CPU mode: the sampler wakes to drain captures, every 40 ms at 1 kHz.
+    expect(live.ticks).toBeGreaterThan(3)
     expect(live.samplesCaptured).toBeGreaterThan(0)
     expect(ms.threadCount()).toBeGreaterThan(1)
     // From a worker that loads the addon itself.

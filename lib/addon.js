@@ -111,6 +111,19 @@ if (typeof process.execve === 'function' && !process.execve[EXECVE_HOOKED]) {
   process.execve = hooked
 }
 
+// A Worker created on a thread that loaded the addon (whatever module
+// created it: a pool library, an ESM import, `eval: true`) makes the
+// sampler look for threads at once, so the new thread is sampled, and its
+// isolate found, before its code is optimized. Other threads are found at
+// the sampler's next wake. One listener per thread and addon, however
+// often the package is loaded.
+const WORKER_HOOKS = Symbol.for('machsampler.workerHooks')
+if (!process[WORKER_HOOKS]) Object.defineProperty(process, WORKER_HOOKS, { value: new WeakSet() })
+if (typeof binding.threadsCreated === 'function' && !process[WORKER_HOOKS].has(binding)) {
+  process[WORKER_HOOKS].add(binding)
+  process.on('worker', () => binding.threadsCreated())
+}
+
 module.exports = {
   /** The public API, argument counts checked. */
   api,

@@ -319,6 +319,18 @@ fn release_js_names_if_idle_locked() {
     }
 }
 
+/// A thread was just created (a worker): the running loop, if any, looks
+/// for threads now rather than at its next refresh, so the new thread is
+/// sampled (and its isolate found) from its first moments. Never waits: a
+/// `start()` or `stop()` in progress makes it do nothing.
+pub fn look_for_threads() {
+    let Ok(slot) = RUNNING.try_lock() else { return };
+    let Some(r) = slot.as_ref() else { return };
+    let shared = if r.background { background_shared() } else { shared() };
+    shared.look_for_threads.store(true, std::sync::atomic::Ordering::Release);
+    r.sampler.wake();
+}
+
 pub fn is_running() -> bool {
     running().as_ref().is_some_and(|r| !r.background)
 }

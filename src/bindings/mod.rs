@@ -400,6 +400,13 @@ pub fn is_running() -> bool {
     control::is_running()
 }
 
+/// For the addon's JavaScript: a thread was just created (a Worker), so
+/// the running sampler, if any, looks for threads now. Never waits.
+#[napi]
+pub fn threads_created() {
+    control::look_for_threads()
+}
+
 /// Number of threads in the process that the sampler knows of.
 #[napi]
 pub fn thread_count() -> Result<u32, &'static str> {

@@ -165,6 +165,11 @@ pub trait Backend: Send {
     /// machine's CPUs.
     fn sampling_started(&mut self) {}
 
+    /// A thread was just created (see `Shared::look_for_threads`): the
+    /// next `refresh_threads` must find it, even where an exit since the
+    /// last refresh left the thread count unchanged.
+    fn thread_created(&mut self) {}
+
     /// Monotonic time in nanoseconds. Sample timestamps use this clock.
     fn now_ns(&self) -> u64;
 

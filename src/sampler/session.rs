@@ -20,7 +20,10 @@
 //! asks for are its alone (see `super::observer`).
 
 use std::collections::hash_map::Entry;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{AcqRel, Relaxed},
+};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -50,16 +53,26 @@ pub const LONG_IDLE_CHECK_NS: u64 = 50_000_000;
 /// How long `stop()` waits for captures still in flight.
 pub const FINISH_TIMEOUT_NS: u64 = 50_000_000;
 
-/// How often the loop wakes in CPU mode with timers, for an interval. Each
-/// wake costs the sampler tens of µs of CPU (mostly the context switch), so
-/// it wakes every 20 intervals, but at least every 20 ms: new threads are
-/// found at these wakes, and a new worker's JavaScript is named only from
-/// its first sample on (see `crate::v8::discover`), so waking less often
-/// leaves more of a worker's early code unnamed. The backend holds two
-/// periods' worth of captures, and handlers wake the loop early when one
+/// How much the capture pool holds in CPU mode with timers, for an
+/// interval: the backend holds two of these periods' worth of captures
+/// (20 intervals, 10 to 20 ms), and handlers wake the loop early when one
 /// period's worth is waiting.
 pub fn timer_drain_period(interval_ns: u64) -> u64 {
     interval_ns.saturating_mul(20).clamp(10_000_000, 20_000_000)
+}
+
+/// How often the loop wakes in CPU mode with timers, for an interval. Each
+/// wake costs the sampler tens of µs of CPU (mostly the context switch,
+/// even with nothing to do), so it wakes every 40 intervals, but at least
+/// every 40 ms. New threads are found at these wakes, and a new worker's
+/// JavaScript is named only from its first sample on (see
+/// `crate::v8::discover`); a thread that loaded the addon asks for a look
+/// as soon as it creates a worker ([`Shared::look_for_threads`]), so only
+/// other threads wait for the period. Busy threads fill the pool faster
+/// than this on a kernel whose tick is fast enough to serve the interval;
+/// their handlers then wake the loop (see [`timer_drain_period`]).
+pub fn timer_wake_period(interval_ns: u64) -> u64 {
+    interval_ns.saturating_mul(40).clamp(10_000_000, 40_000_000)
 }
 
 /// State shared between the sampler thread and the rest of the process.
@@ -68,6 +81,10 @@ pub struct Shared {
     pub stats: Stats,
     pub registry: ThreadRegistry,
     pub native_unwinding: AtomicBool,
+    /// Set with a wake of the loop when a thread was just created (a
+    /// worker): the loop looks for threads at once instead of at its next
+    /// refresh.
+    pub look_for_threads: AtomicBool,
 }
 
 /// Absolute-deadline tick schedule with skip-ahead catch-up.
@@ -503,9 +520,9 @@ pub fn run<B: Backend>(
         max_depth: options.max_stack_depth,
         native_unwinding: shared.native_unwinding.load(Relaxed),
     });
-    let period = if timers { timer_drain_period(options.interval_ns) } else { options.interval_ns };
+    let period = if timers { timer_wake_period(options.interval_ns) } else { options.interval_ns };
     if timers {
-        backend.start_cpu_timers(options.interval_ns, period);
+        backend.start_cpu_timers(options.interval_ns, timer_drain_period(options.interval_ns));
     }
     backend.sampling_started();
     let can_wake = backend.stop_waker().is_some();
@@ -543,7 +560,8 @@ pub fn run<B: Backend>(
             _ => schedule.next_ns,
         };
         let due = due.min(observer_due);
-        if now < due {
+        let look = shared.look_for_threads.swap(false, AcqRel);
+        if now < due && !look {
             backend.sleep_until(if can_wake { due } else { due.min(now + MAX_SLEEP_NS) });
             // Woken early by captures piling up (timers): drain them now.
             if timers && backend.now_ns() < due {
@@ -557,11 +575,14 @@ pub fn run<B: Backend>(
             max_depth: options.max_stack_depth,
             native_unwinding: shared.native_unwinding.load(Relaxed),
         };
-        if tick {
-            if session.recording {
+        if tick || look {
+            if tick && session.recording {
                 stats.ticks.add(1);
             }
-            if now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
+            if look {
+                backend.thread_created();
+            }
+            if look || now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
                 let full = now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
                 if full {
                     last_full_refresh = now;
@@ -751,13 +772,20 @@ impl RunningSampler {
         Ok(RunningSampler { stop: stop_tx, wake, handle, options })
     }
 
+    /// Ends the loop's sleep, where the backend can (see
+    /// [`Backend::stop_waker`]); otherwise the loop sees what changed at its
+    /// next wake.
+    pub fn wake(&self) {
+        if let Some(wake) = self.wake {
+            wake();
+        }
+    }
+
     /// Stops the thread and returns the recording. Every thread the backend
     /// stopped has been resumed when this returns.
     pub fn stop(self) -> Recording {
         let _ = self.stop.send(());
-        if let Some(wake) = self.wake {
-            wake();
-        }
+        self.wake();
         match self.handle.join() {
             Ok(rec) => rec,
             // The loop does not panic; if it ever did, resume the panic here
@@ -1233,5 +1261,79 @@ mod tests {
         assert_eq!(rec.stats.walk_errors, 0);
         let samples: u64 = rec.samples.weight.iter().map(|&w| w as u64).sum();
         assert_eq!(rec.stats.threads_sampled + rec.stats.threads_skipped, samples + rec.stats.threads_skipped);
+    }
+
+    /// A thread created while the loop sleeps: with `look_for_threads`
+    /// set (and the sleep ended, as the wake does), it is found at once;
+    /// otherwise at the next tick. Returns when it was found, from the
+    /// start, and the tick period.
+    fn found_at(look: bool) -> (u64, u64) {
+        struct Creating<'a> {
+            inner: FakeBackend,
+            look: Option<&'a AtomicBool>,
+            created: std::cell::Cell<bool>,
+            found_ns: &'a AtomicU64,
+        }
+        impl Backend for Creating<'_> {
+            fn now_ns(&self) -> u64 {
+                self.inner.now_ns()
+            }
+            fn sleep_until(&self, deadline_ns: u64) {
+                if self.created.replace(true) {
+                    return self.inner.sleep_until(deadline_ns);
+                }
+                self.inner.threads.lock().unwrap().push((7, true));
+                match self.look {
+                    Some(flag) => flag.store(true, SeqCst),
+                    None => self.inner.sleep_until(deadline_ns),
+                }
+            }
+            fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
+                self.inner.refresh_threads(registry, full);
+                if self.found_ns.load(SeqCst) == 0 && registry.contains(7) {
+                    self.found_ns.store(self.now_ns(), SeqCst);
+                }
+            }
+            fn thread_cpu_ns(&mut self, t: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
+                self.inner.thread_cpu_ns(t)
+            }
+            fn own_cpu_ns(&self) -> u64 {
+                0
+            }
+            fn current_tid(&self) -> u64 {
+                999
+            }
+            fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.collect(sink)
+            }
+            fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.request(threads, cfg, sink)
+            }
+            fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.finish(timeout_ns, sink)
+            }
+        }
+        let (inner, rx, _) = fake(3, &[1]);
+        let start = inner.now_ns();
+        let shared = Shared::default();
+        let found_ns = AtomicU64::new(0);
+        let b = Creating {
+            inner,
+            look: look.then_some(&shared.look_for_threads),
+            created: Default::default(),
+            found_ns: &found_ns,
+        };
+        let opts = SamplerOptions { interval_ns: 50_000_000, mode: Mode::Wall, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, Hooks::default());
+        assert!(rec.threads.iter().any(|t| t.tid == 7), "{:?}", rec.threads);
+        (found_ns.load(SeqCst) - start, opts.interval_ns)
+    }
+
+    #[test]
+    fn a_thread_created_is_looked_for_at_once_when_asked() {
+        let (asked, period) = found_at(true);
+        assert_eq!(asked, 0, "found when the loop was woken, before its next tick");
+        let (waited, _) = found_at(false);
+        assert_eq!(waited, period, "found at the next tick");
     }
 }

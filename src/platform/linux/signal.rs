@@ -391,7 +391,12 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         return;
     }
     let sent_ns = slot.sent_ns.load(Ordering::Relaxed);
-    slot.pending.store(false, Ordering::Release);
+    // Only wall mode sends with `pending` set. A store regardless would
+    // take the slot's cache line from the CPU that last read it on every
+    // timer signal.
+    if slot.pending.load(Ordering::Relaxed) {
+        slot.pending.store(false, Ordering::Release);
+    }
     if !slot.active.load(Ordering::Acquire) {
         return;
     }

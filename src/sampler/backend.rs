@@ -170,6 +170,12 @@ pub trait Backend: Send {
     /// last refresh left the thread count unchanged.
     fn thread_created(&mut self) {}
 
+    /// Threads were found that a refresh has not yet set up (it sets up a
+    /// bounded number at a time): the loop refreshes again without sleeping.
+    fn threads_pending(&self) -> bool {
+        false
+    }
+
     /// Monotonic time in nanoseconds. Sample timestamps use this clock.
     fn now_ns(&self) -> u64;
 

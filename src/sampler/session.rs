@@ -561,7 +561,8 @@ pub fn run<B: Backend>(
         };
         let due = due.min(observer_due);
         let look = shared.look_for_threads.swap(false, AcqRel);
-        if now < due && !look {
+        let more = backend.threads_pending();
+        if now < due && !look && !more {
             backend.sleep_until(if can_wake { due } else { due.min(now + MAX_SLEEP_NS) });
             // Woken early by captures piling up (timers): drain them now.
             if timers && backend.now_ns() < due {
@@ -575,14 +576,14 @@ pub fn run<B: Backend>(
             max_depth: options.max_stack_depth,
             native_unwinding: shared.native_unwinding.load(Relaxed),
         };
-        if tick || look {
+        if tick || look || more {
             if tick && session.recording {
                 stats.ticks.add(1);
             }
             if look {
                 backend.thread_created();
             }
-            if look || now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
+            if look || more || now.saturating_sub(last_refresh) >= REFRESH_PERIOD_NS {
                 let full = now - last_full_refresh >= FULL_REFRESH_PERIOD_NS;
                 if full {
                     last_full_refresh = now;
@@ -1327,6 +1328,77 @@ mod tests {
         let rec = run(b, opts, &shared, rx, Hooks::default());
         assert!(rec.threads.iter().any(|t| t.tid == 7), "{:?}", rec.threads);
         (found_ns.load(SeqCst) - start, opts.interval_ns)
+    }
+
+    /// Threads a refresh found but left for later (a bounded number are
+    /// set up per refresh): with `threads_pending`, the loop refreshes again
+    /// without sleeping; otherwise one more is set up per tick. Returns when
+    /// the last was set up, from the start, and the tick period.
+    fn all_set_up_at(honour_pending: bool) -> (u64, u64) {
+        struct Staged<'a> {
+            inner: FakeBackend,
+            left: Vec<u64>,
+            honour_pending: bool,
+            done_ns: &'a AtomicU64,
+        }
+        impl Backend for Staged<'_> {
+            fn threads_pending(&self) -> bool {
+                self.honour_pending && !self.left.is_empty()
+            }
+            fn now_ns(&self) -> u64 {
+                self.inner.now_ns()
+            }
+            fn sleep_until(&self, deadline_ns: u64) {
+                self.inner.sleep_until(deadline_ns)
+            }
+            fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
+                if let Some(tid) = self.left.pop() {
+                    self.inner.threads.lock().unwrap().push((tid, true));
+                    self.inner.cpu.lock().unwrap().insert(tid, 0);
+                }
+                self.inner.refresh_threads(registry, full);
+                if self.left.is_empty() && self.done_ns.load(SeqCst) == 0 {
+                    self.done_ns.store(self.now_ns(), SeqCst);
+                }
+            }
+            fn thread_cpu_ns(&mut self, t: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
+                self.inner.thread_cpu_ns(t)
+            }
+            fn own_cpu_ns(&self) -> u64 {
+                0
+            }
+            fn current_tid(&self) -> u64 {
+                999
+            }
+            fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.collect(sink)
+            }
+            fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.request(threads, cfg, sink)
+            }
+            fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.finish(timeout_ns, sink)
+            }
+        }
+        let (inner, rx, _) = fake(8, &[1]);
+        let start = inner.now_ns();
+        let shared = Shared::default();
+        let done_ns = AtomicU64::new(0);
+        let b = Staged { inner, left: vec![5, 4, 3], honour_pending, done_ns: &done_ns };
+        let opts = SamplerOptions { interval_ns: 50_000_000, mode: Mode::Wall, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, Hooks::default());
+        for tid in [3, 4, 5] {
+            assert!(rec.threads.iter().any(|t| t.tid == tid), "{tid} missing: {:?}", rec.threads);
+        }
+        (done_ns.load(SeqCst) - start, opts.interval_ns)
+    }
+
+    #[test]
+    fn threads_left_for_later_are_set_up_without_waiting_for_ticks() {
+        let (pending, period) = all_set_up_at(true);
+        assert_eq!(pending, 0, "all set up before the first tick");
+        let (ticked, _) = all_set_up_at(false);
+        assert_eq!(ticked, 2 * period, "one more per tick");
     }
 
     #[test]

@@ -79,6 +79,10 @@ const MASK_RECHECK_NS: u64 = 1_000_000_000;
 /// blocking is usually not blocking any more a tick later. The delay
 /// doubles while it keeps blocking, up to `MASK_RECHECK_NS`.
 const BLOCKED_RECHECK_NS: u64 = 10_000_000;
+/// Threads set up per refresh, at most (about 40 µs each: a name, a signal
+/// mask check, a timer). A first look at a process of thousands of threads
+/// is spread over several refreshes, and sampling starts after the first.
+const SETUPS_PER_REFRESH: usize = 128;
 /// Mask checks of known threads per refresh, at most.
 const MASK_CHECKS_PER_REFRESH: usize = 2;
 /// Due threads per refresh whose mask check may be skipped because they
@@ -169,6 +173,8 @@ pub struct LinuxBackend {
     to_check: Vec<u64>,
     tasks: procfs::TaskList,
     tids: Vec<u64>,
+    /// Listed threads not yet set up, the next one last.
+    pending: Vec<u64>,
     listed_ns: u64,
     /// When the newest threads were last checked (see [`tail_check_period_ns`]),
     /// and the buffer for them.
@@ -267,6 +273,7 @@ impl LinuxBackend {
             to_check: Vec::with_capacity(MASK_CHECKS_PER_REFRESH),
             tasks,
             tids: Vec::new(),
+            pending: Vec::new(),
             listed_ns: 0,
             tail_checked_ns: 0,
             tail: Vec::with_capacity(2 * TAIL_THREADS),
@@ -344,6 +351,35 @@ impl LinuxBackend {
         }
         let Some(slot) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
         t.timer = CpuTimer::start(tid, signal, slot, interval).ok();
+    }
+
+    /// Starts following a thread the listing found: its name, whether it
+    /// may be signalled, a slot and (CPU mode) a timer.
+    fn set_up(&mut self, tid: u64, now: u64) -> ThreadEntry {
+        let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
+        let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
+        let blocks = self.must_not_signal(tid);
+        // After `finish`, threads are only named, not sampled.
+        let slot = if self.finishing { None } else { signal::acquire(tid) };
+        if let Some(s) = slot.and_then(signal::slot) {
+            s.set_active(true);
+        }
+        let mut t = LinuxThread {
+            slot,
+            timer: None,
+            blocks_signal: false,
+            mask_due_ns: 0,
+            blocked_backoff_ns: BLOCKED_RECHECK_NS,
+            checked_cpu_ns: cpu_before,
+            name_stale: false,
+        };
+        t.checked(blocks, now);
+        self.checks.push(t.mask_due_ns, tid);
+        self.threads.insert(tid, t);
+        self.start_timer(tid);
+        let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
+        entry.is_main = tid == self.pid;
+        entry
     }
 
     fn forget(&mut self, tid: u64) {
@@ -557,6 +593,10 @@ impl Backend for LinuxBackend {
         self.tail_checked_ns = 0;
     }
 
+    fn threads_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
         let now = monotonic_ns();
         let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
@@ -583,37 +623,36 @@ impl Backend for LinuxBackend {
             }
             let tids = &self.tids;
             registry.remove_missing(|tid| tids.binary_search(&tid).is_ok());
-            let mut added = Vec::new();
-            for i in 0..self.tids.len() {
-                let tid = self.tids[i];
-                if self.threads.contains_key(&tid) {
-                    continue;
-                }
-                let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
-                let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
-                let blocks = self.must_not_signal(tid);
-                // After `finish`, threads are only named, not sampled.
-                let slot = if self.finishing { None } else { signal::acquire(tid) };
-                if let Some(s) = slot.and_then(signal::slot) {
-                    s.set_active(true);
-                }
-                let mut t = LinuxThread {
-                    slot,
-                    timer: None,
-                    blocks_signal: false,
-                    mask_due_ns: 0,
-                    blocked_backoff_ns: BLOCKED_RECHECK_NS,
-                    checked_cpu_ns: cpu_before,
-                    name_stale: false,
-                };
-                t.checked(blocks, now);
-                self.checks.push(t.mask_due_ns, tid);
-                self.threads.insert(tid, t);
-                self.start_timer(tid);
-                let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
-                entry.is_main = tid == self.pid;
-                added.push(entry);
+            self.pending.clear();
+            self.pending.extend(self.tids.iter().copied().filter(|tid| !self.threads.contains_key(tid)));
+            if self.pending.len() > SETUPS_PER_REFRESH {
+                // More new threads than one refresh sets up (a first look at
+                // a process of thousands): those that have used the most CPU
+                // first, so that busy threads are sampled within the first
+                // refreshes and idle ones follow. Popped from the back.
+                let mut by_cpu: Vec<(u64, u64)> = self
+                    .pending
+                    .iter()
+                    .map(|&tid| (clock_ns(timers::thread_cpu_clock(tid)).unwrap_or(0), tid))
+                    .collect();
+                by_cpu.sort_unstable();
+                self.pending.clear();
+                self.pending.extend(by_cpu.into_iter().map(|(_, tid)| tid));
+            } else {
+                self.pending.reverse();
             }
+        }
+        // After `finish`, every thread is named at once.
+        let budget = if self.finishing { usize::MAX } else { SETUPS_PER_REFRESH };
+        let mut added = Vec::new();
+        while added.len() < budget {
+            let Some(tid) = self.pending.pop() else { break };
+            if self.threads.contains_key(&tid) {
+                continue;
+            }
+            added.push(self.set_up(tid, now));
+        }
+        if !added.is_empty() {
             registry.add_all(&added);
             self.checks.compact(self.threads.len(), self.threads.iter().map(|(&tid, t)| (t.mask_due_ns, tid)));
         }
@@ -992,6 +1031,56 @@ mod capture_tests {
         new_thread.join().unwrap();
         b.finish(0, &mut |_| {});
         assert!(found, "{new} not found; the newest threads: {:?}", b.tail);
+    }
+
+    /// More new threads than a refresh sets up: the busy one first, the
+    /// rest over the following refreshes, every one in the end.
+    #[test]
+    fn a_first_look_at_many_threads_sets_up_the_busy_ones_first() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let parked: Vec<_> = (0..2 * SETUPS_PER_REFRESH).map(|_| parked_thread()).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy_tid = Arc::new(AtomicU64::new(0));
+        let busy = {
+            let (stop, busy_tid) = (stop.clone(), busy_tid.clone());
+            std::thread::spawn(move || {
+                busy_tid.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        };
+        // It has run for far longer than any parked thread.
+        let until = monotonic_ns() + 50_000_000;
+        while busy_tid.load(Ordering::SeqCst) == 0 || monotonic_ns() < until {
+            std::thread::yield_now();
+        }
+        let busy_tid = busy_tid.load(Ordering::SeqCst);
+        let mut b = LinuxBackend::new().unwrap();
+        let registry = ThreadRegistry::default();
+        b.refresh_threads(&registry, false);
+        let first_busy = registry.contains(busy_tid);
+        let first_parked = parked.iter().filter(|(tid, _, _)| registry.contains(*tid)).count();
+        let pending_after_first = b.threads_pending();
+        let mut refreshes = 1;
+        while b.threads_pending() && refreshes < 100 {
+            b.refresh_threads(&registry, false);
+            refreshes += 1;
+        }
+        let all = parked.iter().all(|(tid, _, _)| registry.contains(*tid));
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        for (_, tx, t) in parked {
+            drop(tx);
+            t.join().unwrap();
+        }
+        b.finish(0, &mut |_| {});
+        assert!(first_busy, "the busy thread is set up by the first refresh");
+        assert!(first_parked < SETUPS_PER_REFRESH, "{first_parked} parked threads in the first refresh");
+        assert!(pending_after_first, "some are left for later");
+        assert!(all, "every thread is set up in the end");
+        assert!(refreshes >= 3, "{refreshes} refreshes");
     }
 
     /// A chain of calls the optimizer keeps, so the stack has known depth.

@@ -5,7 +5,8 @@
 // with machsampler (opts.mode, CPU by default) from 800 ms on and prints the
 // main thread's JS self-time shares: each running sample counts for the
 // innermost JS function on its stack, as V8's profiler counts native code
-// called from JS for its caller. Otherwise it just runs, for --cpu-prof.
+// called from JS for its caller, and garbage collection for none.
+// Otherwise it just runs, for --cpu-prof.
 const http = require('http')
 const crypto = require('crypto')
 const { spawn } = require('child_process')
@@ -66,14 +67,20 @@ function go() {
 }
 go()`
 
+// V8's garbage collection on the main thread, entered from allocation:
+// V8's profiler counts such samples as "(garbage collector)", for no JS
+// function, so they count for none here too (opts.countGc: for the caller).
+const GC = /^v8::internal::(Heap::Collect\w*Garbage|IncrementalMarking::)/
+
 function jsSelfShares(ms, p) {
   const s = ms.symbolicate(p)
   const self = new Map()
   let total = 0
-  for (let i = 0; i < p.samples.stack.length; i++) {
+  samples: for (let i = 0; i < p.samples.stack.length; i++) {
     if (p.samples.idle[i] || !p.threads[p.samples.thread[i]].isMain) continue
     for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) {
       const f = s.frameFunction[p.stacks.frame[n]]
+      if (!opts.countGc && GC.test(s.functions.name[f])) continue samples
       if (s.functions.kind[f] !== 'js') continue
       const name = s.functions.name[f].replace(/ \(.*$/, '')
       const w = p.samples.weight ? p.samples.weight[i] : 1 // CPU mode: the intervals a sample stands for

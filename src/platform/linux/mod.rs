@@ -356,9 +356,15 @@ impl LinuxBackend {
     /// Starts following a thread the listing found: its name, whether it
     /// may be signalled, a slot and (CPU mode) a timer.
     fn set_up(&mut self, tid: u64, now: u64) -> ThreadEntry {
-        let name = procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY);
+        // After `finish` no thread is signalled, so its mask needs no
+        // reading, and the same refresh reads every name.
+        let name = if self.finishing {
+            ThreadName::EMPTY
+        } else {
+            procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY)
+        };
         let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
-        let blocks = self.must_not_signal(tid);
+        let blocks = self.finishing || self.must_not_signal(tid);
         // After `finish`, threads are only named, not sampled.
         let slot = if self.finishing { None } else { signal::acquire(tid) };
         if let Some(s) = slot.and_then(signal::slot) {
@@ -613,6 +619,9 @@ impl Backend for LinuxBackend {
         }
         if list {
             if self.tasks.list(&mut self.tids).is_err() {
+                // The next refresh lists again; none is left pending, so
+                // the loop does not spin on a listing that keeps failing.
+                self.pending.clear();
                 return;
             }
             self.listed_ns = now;
@@ -1081,6 +1090,50 @@ mod capture_tests {
         assert!(pending_after_first, "some are left for later");
         assert!(all, "every thread is set up in the end");
         assert!(refreshes >= 3, "{refreshes} refreshes");
+    }
+
+    /// Threads still waiting to be set up when a session ends are named
+    /// by the last refresh, and get no slot.
+    #[test]
+    fn threads_left_for_later_at_the_end_are_named_and_not_signalled() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let parked: Vec<_> = (0..2 * SETUPS_PER_REFRESH)
+            .map(|_| {
+                let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                let t = std::thread::Builder::new()
+                    .name("left-for-later".into())
+                    .spawn(move || {
+                        tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+                        let _ = rx.recv();
+                    })
+                    .unwrap();
+                (tid_rx.recv().unwrap(), tx, t)
+            })
+            .collect();
+        let mut b = LinuxBackend::new().unwrap();
+        let registry = ThreadRegistry::default();
+        b.refresh_threads(&registry, false);
+        let pending_before = b.threads_pending();
+        b.finish(0, &mut |_| {});
+        b.refresh_threads(&registry, true);
+        let pending_after = b.threads_pending();
+        let mut entries = Vec::new();
+        registry.snapshot(&mut entries);
+        let named = parked
+            .iter()
+            .filter(|(tid, _, _)| entries.iter().any(|e| e.tid == *tid && e.name.to_string_lossy() == "left-for-later"))
+            .count();
+        let with_slot =
+            parked.iter().filter(|(tid, _, _)| b.threads.get(tid).is_some_and(|t| t.slot.is_some())).count();
+        for (_, tx, t) in parked {
+            drop(tx);
+            t.join().unwrap();
+        }
+        assert!(pending_before, "some were left for later");
+        assert!(!pending_after, "none is left after the last refresh");
+        assert_eq!(named, 2 * SETUPS_PER_REFRESH, "every one is named");
+        assert_eq!(with_slot, 0, "no slot after the end (slots are released at finish)");
     }
 
     /// A chain of calls the optimizer keeps, so the stack has known depth.

@@ -956,6 +956,31 @@ mod tests {
         fn finish(&mut self, _timeout_ns: u64, _sink: &mut dyn FnMut(Capture<'_>)) {}
     }
 
+    /// The `Backend` methods a test backend wrapping a `FakeBackend` in
+    /// `inner` leaves as they are.
+    macro_rules! forward_to_inner {
+        () => {
+            fn thread_cpu_ns(&mut self, t: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
+                self.inner.thread_cpu_ns(t)
+            }
+            fn own_cpu_ns(&self) -> u64 {
+                0
+            }
+            fn current_tid(&self) -> u64 {
+                999
+            }
+            fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.collect(sink)
+            }
+            fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.request(threads, cfg, sink)
+            }
+            fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
+                self.inner.finish(timeout_ns, sink)
+            }
+        };
+    }
+
     fn fake(ticks: u64, threads: &[u64]) -> (FakeBackend, Receiver<()>, Arc<AtomicU64>) {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let requests = Arc::new(AtomicU64::new(0));
@@ -1295,24 +1320,7 @@ mod tests {
                     self.found_ns.store(self.now_ns(), SeqCst);
                 }
             }
-            fn thread_cpu_ns(&mut self, t: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
-                self.inner.thread_cpu_ns(t)
-            }
-            fn own_cpu_ns(&self) -> u64 {
-                0
-            }
-            fn current_tid(&self) -> u64 {
-                999
-            }
-            fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
-                self.inner.collect(sink)
-            }
-            fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
-                self.inner.request(threads, cfg, sink)
-            }
-            fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
-                self.inner.finish(timeout_ns, sink)
-            }
+            forward_to_inner!();
         }
         let (inner, rx, _) = fake(3, &[1]);
         let start = inner.now_ns();
@@ -1361,24 +1369,7 @@ mod tests {
                     self.done_ns.store(self.now_ns(), SeqCst);
                 }
             }
-            fn thread_cpu_ns(&mut self, t: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
-                self.inner.thread_cpu_ns(t)
-            }
-            fn own_cpu_ns(&self) -> u64 {
-                0
-            }
-            fn current_tid(&self) -> u64 {
-                999
-            }
-            fn collect(&mut self, sink: &mut dyn FnMut(Capture<'_>)) {
-                self.inner.collect(sink)
-            }
-            fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
-                self.inner.request(threads, cfg, sink)
-            }
-            fn finish(&mut self, timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
-                self.inner.finish(timeout_ns, sink)
-            }
+            forward_to_inner!();
         }
         let (inner, rx, _) = fake(8, &[1]);
         let start = inner.now_ns();

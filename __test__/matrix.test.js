@@ -22,7 +22,8 @@ describeMatrix.each(MAJORS)('Node %i', (major) => {
     for (const tid of [r.mainTid, ...r.workerTids]) {
       const t = r.perTid[tid]
       const intervals = r.cpuNs[tid] / 10e6
-      expect([tid, t.samples - t.idle, Math.abs(t.samples - intervals) <= Math.max(3, intervals * 0.1)]).toEqual([tid, t.samples, true])
+      const near = Math.abs(t.samples - intervals) <= Math.max(3, intervals * 0.1)
+      expect({ tid, busy: t.samples - t.idle, intervals, near }).toEqual({ tid, busy: t.samples, intervals, near: true })
       expect(t.samples).toBeGreaterThan(0)
     }
     expect(r.stats.threadsSampled).toBe(r.stats.samplesCaptured + r.stats.samplesDropped)

@@ -27,7 +27,8 @@ describeLinux('sampling every thread', () => {
       // Five busy threads share two cores: each used about 40 % of 1.5 s.
       // Its samples stand for its own CPU time, whatever the share.
       const intervals = r.cpuNs[tid] / 10e6
-      expect([tid, Math.abs(t.samples - intervals) <= Math.max(3, intervals * 0.1)]).toEqual([tid, true])
+      const near = Math.abs(t.samples - intervals) <= Math.max(3, intervals * 0.1)
+      expect({ tid, samples: t.samples, intervals, near }).toEqual({ tid, samples: t.samples, intervals, near: true })
       expect(t.idle).toBe(0)
       expect(t.maxDepth).toBeGreaterThan(5)
     }

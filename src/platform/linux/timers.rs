@@ -6,6 +6,12 @@
 //! This is how Go's runtime profiler and async-profiler's `ctimer` mode
 //! sample.
 //!
+//! A timer's first expiry is drawn uniformly from (0, interval], as Go's
+//! profiler does: the count of samples over C of CPU time is then C ÷
+//! interval on average (a first expiry of a whole interval would count
+//! half an interval short, on every thread, at every start), and a thread
+//! busy from `start()` on is sampled after half an interval on average.
+//!
 //! Timers belong to the process and outlive their thread; the backend
 //! deletes each when its thread leaves, and all of them at `stop()`, before
 //! the slots they signal are released. A forked child inherits none.
@@ -60,7 +66,10 @@ impl CpuTimer {
             tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (interval_ns % 1_000_000_000) as _,
         };
-        let spec = libc::itimerspec { it_interval: period, it_value: period };
+        let first = first_expiry_ns(interval_ns, random_u64(tid));
+        let first =
+            libc::timespec { tv_sec: (first / 1_000_000_000) as libc::time_t, tv_nsec: (first % 1_000_000_000) as _ };
+        let spec = libc::itimerspec { it_interval: period, it_value: first };
         // SAFETY: `id` was just created; `spec` is valid.
         if unsafe { libc::timer_settime(timer.0, 0, &spec, std::ptr::null_mut()) } != 0 {
             return Err(errno());
@@ -78,6 +87,20 @@ impl Drop for CpuTimer {
     }
 }
 
+/// A point in (0, interval] picked by `random`: where a timer first expires.
+fn first_expiry_ns(interval_ns: u64, random: u64) -> u64 {
+    1 + random % interval_ns.max(1)
+}
+
+/// A random number for `key`, from the standard library's per-process
+/// random hash keys.
+fn random_u64(key: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(key);
+    h.finish()
+}
+
 fn errno() -> i32 {
     // SAFETY: reading errno right after a failed call.
     unsafe { *libc::__errno_location() }
@@ -86,6 +109,40 @@ fn errno() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_expiries_are_spread_over_one_interval() {
+        let interval = 1_000_000;
+        let firsts: Vec<u64> = (0..4000).map(|k| first_expiry_ns(interval, random_u64(k))).collect();
+        assert!(firsts.iter().all(|&f| (1..=interval).contains(&f)));
+        // Uniform: each quarter of the interval gets about a quarter.
+        for q in 0..4 {
+            let n = firsts.iter().filter(|&&f| (f - 1) * 4 / interval == q).count();
+            assert!((800..1200).contains(&n), "quarter {q}: {n} of 4000");
+        }
+        assert_eq!(first_expiry_ns(0, 12345), 1);
+        assert_eq!(first_expiry_ns(1, u64::MAX), 1);
+    }
+
+    #[test]
+    fn a_timer_first_expires_within_one_interval() {
+        let tid = crate::sampler::thread_id::current();
+        let sig = libc::SIGRTMIN() + 2;
+        // Ten seconds of CPU: never reached before the timer goes.
+        let interval = 10_000_000_000;
+        let mut values = Vec::new();
+        for _ in 0..20 {
+            let timer = CpuTimer::start(tid, sig, 0, interval).unwrap();
+            // SAFETY: itimerspec is plain integers, valid when zeroed.
+            let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+            // SAFETY: `timer.0` is a live timer; `cur` a valid out-pointer.
+            assert_eq!(unsafe { libc::timer_gettime(timer.0, &mut cur) }, 0);
+            values.push(cur.it_value.tv_sec as u64 * 1_000_000_000 + cur.it_value.tv_nsec as u64);
+            assert_eq!(cur.it_interval.tv_sec as u64 * 1_000_000_000 + cur.it_interval.tv_nsec as u64, interval);
+        }
+        assert!(values.iter().all(|&v| v > 0 && v <= interval), "{values:?}");
+        assert!(values.iter().any(|&v| v < interval * 9 / 10), "{values:?}");
+    }
 
     #[test]
     fn a_thread_cpu_timer_fires_only_while_the_thread_runs() {

@@ -210,9 +210,10 @@ impl Pool {
     /// page faults on first use: each record but the part of its stack copy
     /// beyond [`POPULATED_COPY_BYTES`], which only deeper stacks reach (and
     /// fault in once). The contents are not touched: records in use
-    /// meanwhile are unaffected. Best effort (MADV_POPULATE_WRITE is Linux
-    /// 5.14+).
-    pub fn populate(&self) {
+    /// meanwhile are unaffected, so the records a first signal needs can be
+    /// mapped in before it and the rest after. Best effort
+    /// (MADV_POPULATE_WRITE is Linux 5.14+).
+    pub fn populate(&self, records: std::ops::Range<usize>) {
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         let page = 4096;
         let populate = |lo: usize, hi: usize| {
@@ -224,7 +225,8 @@ impl Pool {
         };
         let stack_at = std::mem::offset_of!(RecordData, stack);
         let tail_at = std::mem::offset_of!(RecordData, tail);
-        for r in self.records.iter() {
+        let records = records.start.min(self.records.len())..records.end.min(self.records.len());
+        for r in &self.records[records] {
             let data = r.data.get() as usize;
             populate(r as *const Record as usize, data + stack_at + POPULATED_COPY_BYTES);
             populate(data + tail_at, r as *const Record as usize + std::mem::size_of::<Record>());
@@ -362,6 +364,32 @@ mod tests {
         let mut seen: Vec<u32> = std::iter::from_fn(|| p.pop_free()).collect();
         seen.sort();
         assert_eq!(seen, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn populating_a_range_maps_in_those_records_only() {
+        let resident = |addr: usize| {
+            let page = addr & !4095;
+            let mut v = 0u8;
+            // SAFETY: `page` lies inside the pool's mapping; `v` receives
+            // one byte for the one page asked about.
+            let rc = unsafe { libc::mincore(page as *mut libc::c_void, 4096, &mut v) };
+            assert_eq!(rc, 0);
+            v & 1 == 1
+        };
+        let p = Pool::new(6);
+        let stack_page = |i: u32| {
+            // SAFETY: only the address is taken; nothing is read.
+            let d = unsafe { p.record(i).unwrap().data() };
+            d.stack.as_ptr() as usize + 8192
+        };
+        p.populate(1..3);
+        assert!(!resident(stack_page(0)));
+        assert!(resident(stack_page(1)) && resident(stack_page(2)));
+        assert!(!resident(stack_page(3)));
+        p.populate(3..100);
+        assert!((3..6).all(|i| resident(stack_page(i))));
+        assert!(!resident(stack_page(0)));
     }
 
     #[test]

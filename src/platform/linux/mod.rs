@@ -102,6 +102,10 @@ const MAPS_PERIOD_NS: u64 = 20_000_000;
 /// How long `finish` waits for handlers that were already running.
 const FINISH_GRACE_NS: u64 = 1_000_000;
 
+/// Capture records mapped in per CPU before the first signals of a
+/// session; the rest are mapped in right after (see `populate_pool`).
+const FIRST_RECORDS_PER_CPU: usize = 4;
+
 /// Threads seen asleep in a signal wait, never signalled again. Kept
 /// across sessions; a thread is forgotten when a listing shows it gone (a
 /// thread that reuses the id of one that exited between sessions is not
@@ -182,9 +186,10 @@ pub struct LinuxBackend {
     tail: Vec<u64>,
     buf: Vec<u8>,
     pool: &'static Pool,
-    /// This session has mapped the pool's pages in (see `Pool::populate`):
-    /// before the first signal, once the mode has chosen the pool.
-    pool_populated: bool,
+    /// How many of the pool's records this session has mapped in (see
+    /// `Pool::populate`): the first few before the first signal, the rest
+    /// right after, once the mode has chosen the pool.
+    populated: usize,
     /// `signal::WAKE` as of the last return from `sleep_until`: a wake-up
     /// after that (a handler's, or `stop()`'s) ends the next sleep at once.
     wake_seen: std::cell::Cell<u32>,
@@ -279,7 +284,7 @@ impl LinuxBackend {
             tail: Vec::with_capacity(2 * TAIL_THREADS),
             buf: Vec::with_capacity(4096),
             pool,
-            pool_populated: false,
+            populated: 0,
             wake_seen: std::cell::Cell::new(signal::WAKE.load(std::sync::atomic::Ordering::Acquire)),
             timer_interval_ns: None,
             cfg: CaptureConfig { max_depth: crate::sampler::options::MAX_STACK_DEPTH_DEFAULT, native_unwinding: true },
@@ -301,10 +306,13 @@ impl LinuxBackend {
     }
 
     /// Maps the pool's pages in, once per session, on the sampler thread.
-    fn populate_pool(&mut self) {
-        if !self.pool_populated {
-            self.pool.populate();
-            self.pool_populated = true;
+    /// Maps in the pool's records up to `n` (all with `usize::MAX`). The
+    /// free list hands out the lowest first.
+    fn populate_pool(&mut self, n: usize) {
+        let n = n.min(self.pool.len());
+        if self.populated < n {
+            self.pool.populate(self.populated..n);
+            self.populated = n;
         }
     }
 
@@ -784,7 +792,8 @@ impl Backend for LinuxBackend {
 
     fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
         self.cfg = cfg;
-        self.populate_pool();
+        // A record for each signal first, the others after them.
+        self.populate_pool(threads.len() + FIRST_RECORDS_PER_CPU * cpu_count());
         for entry in threads {
             let tid = entry.handle;
             let Some(t) = self.threads.get(&tid) else {
@@ -810,6 +819,7 @@ impl Backend for LinuxBackend {
                 sink(Capture::Skipped { tid, reason });
             }
         }
+        self.populate_pool(usize::MAX);
     }
 
     fn finish(&mut self, _timeout_ns: u64, sink: &mut dyn FnMut(Capture<'_>)) {
@@ -854,15 +864,18 @@ impl Backend for LinuxBackend {
         let want = pool_size(cpu_count(), timer_records_per_cpu(interval_ns, drain_ns));
         if self.pool.len() < want {
             self.pool = capture::ensure_pool(want);
-            self.pool_populated = false;
+            self.populated = 0;
             self.done.reserve(self.pool.len());
         }
-        self.populate_pool();
+        // The records the first signals take, then the timers, then the
+        // rest: mapping all of them in takes about a millisecond.
+        self.populate_pool(FIRST_RECORDS_PER_CPU * cpu_count());
         signal::set_wake_threshold((self.pool.len() / 2) as u32);
         let tids: Vec<u64> = self.threads.keys().copied().collect();
         for tid in tids {
             self.start_timer(tid);
         }
+        self.populate_pool(usize::MAX);
     }
 
     fn set_frame_pointer_code(&mut self, ranges: Vec<std::ops::Range<u64>>) {

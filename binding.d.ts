@@ -27,6 +27,16 @@ export declare class StallWatcher {
 }
 
 /**
+ * For the preload that records a whole program: when one of `signals`
+ * ends the process and JavaScript has not claimed the save within
+ * `graceMs` (a busy main thread never runs its signal listeners), the
+ * sampler is stopped and the profile written to `output` from a native
+ * thread, as `stop({ output, ... })` would, and the signal then ends the
+ * process. Once per process. See `claimExitSave`.
+ */
+export declare function armExitSignals(options: unknown): void
+
+/**
  * Checks start options exactly as {@link start} does, without starting:
  * the CLI validates its options before it runs the program.
  *
@@ -42,6 +52,13 @@ export declare function checkStartOptions(options?: StartOptions): void
  * @throws `EINVAL` with watchStalls()'s message for a bad option.
  */
 export declare function checkWatchStallsOptions(options: Partial<WatchStallsOptions>): void
+
+/**
+ * For the preload: JavaScript is about to save the profile at exit.
+ * False when the native save of `armExitSignals` has it: the caller then
+ * calls `waitForExitSave` and writes nothing.
+ */
+export declare function claimExitSave(): boolean
 
 /**
  * Options for {@link exportProfile} and {@link saveProfile}. Every field
@@ -455,6 +472,12 @@ export declare function saveProfile(profile: Profile, path: string, options?: st
 export declare function setNativeUnwinding(enabled: boolean): void
 
 /**
+ * For the preload: whether the program itself listens for `signal`
+ * (then the signal is left to it).
+ */
+export declare function setProgramListens(signal: string, listens: boolean): void
+
+/**
  * Stacks as a prefix tree: node `i` is frame `frame[i]` called from node
  * `parent[i]` (-1 for a root). A sample's frames are found by following
  * `parent` from `samples.stack[i]`, leaf first.
@@ -784,6 +807,12 @@ export interface ThreadInfo {
  * the running sampler, if any, looks for threads now. Never waits.
  */
 export declare function threadsCreated(): void
+
+/**
+ * For the preload: waits (at most 60 s) for the native save at exit to
+ * finish; the signal then ends the process.
+ */
+export declare function waitForExitSave(): void
 
 /**
  * Watches the calling thread's event loop for stalls: times it does not

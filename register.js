@@ -177,10 +177,17 @@ function main() {
     }
   }
 
+  const { exitSave } = require('./lib/addon.js')
   let saved = false
   function save() {
     if (saved) return
     saved = true
+    // A signal's native save (below) has it: wait until it is written;
+    // the signal then ends the process.
+    if (!exitSave.claim()) {
+      exitSave.wait()
+      return
+    }
     if (statusTimer) clearInterval(statusTimer)
     try {
       if (sessionDir) {
@@ -228,6 +235,28 @@ function main() {
     }
     process.on(signal, onSignal)
   }
+  // JavaScript listeners run from the event loop, which a busy main thread
+  // never reaches: then the addon's own handler, after a short wait, saves
+  // the profile and lets the signal end the process (unless the program
+  // listens for that signal itself: it decides, as without machsampler).
+  const ours = new Set()
+  for (const signal of SIGNALS) for (const l of process.listeners(signal)) ours.add(l)
+  const programListens = (signal, delta) => process.listeners(signal).filter((l) => !ours.has(l)).length + delta > 0
+  process.on('newListener', (event, listener) => {
+    if (SIGNALS.includes(event) && !ours.has(listener)) exitSave.setProgramListens(event, programListens(event, 1))
+  })
+  process.on('removeListener', (event) => {
+    if (SIGNALS.includes(event)) exitSave.setProgramListens(event, programListens(event, 0))
+  })
+  try {
+    exitSave.arm(
+      sessionDir
+        ? { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, format: 'machprof', compress: false }
+        : { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, symbolicate: true, announce: true },
+    )
+  } catch (e) {
+    warn(`a busy program ended by a signal will not be saved: ${e.message}`)
+  }
 
   if (settings.live) {
     statusTimer = setInterval(() => writeStatus('recording'), 500)
@@ -265,6 +294,9 @@ function watchForRecord(ms, sessionDir, thresholdMs, follow) {
     warn(`cannot watch for stalls: ${e.message}`)
   }
 }
+
+/** How long JavaScript has to save the profile after a signal before the addon does. */
+const SIGNAL_GRACE_MS = 300
 
 /** How long a stall lasts before `record --stalls` writes it as a hang, at least. */
 const HANG_AFTER_MS = 10000

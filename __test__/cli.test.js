@@ -88,9 +88,12 @@ describe('record', () => {
     ['SIGINT', 130, 'wait'],
     ['SIGHUP', 129, 'wait'],
     ['SIGTERM', 0, 'handle'],
+    // Never back in the event loop, where JavaScript signal listeners run.
+    ['SIGTERM', 143, 'spin'],
+    ['SIGINT', 130, 'spin'],
   ])('%s: profile written, status %p (program %s)', async (signal, status, how) => {
     const out = path.join(dir, `signal-${signal}-${how}.machprof`)
-    const run = h.cliAsync(['record', '-q', '-o', out, '--', NODE, h.BUSY, how])
+    const run = h.cliAsync(['record', '-q', '-o', out, '--', NODE, h.BUSY, how], { timeoutMs: 20000 })
     await run.printed('ready')
     await new Promise((res) => setTimeout(res, 200))
     run.child.kill(signal)
@@ -98,6 +101,31 @@ describe('record', () => {
     expect(r.status).toBe(status)
     if (how === 'handle') expect(r.stdout).toContain('handled SIGTERM') // its own handler ran
     expect(names(out)).toContain('busyLoopForCliTest')
+  }, 30000)
+
+  test('the preload alone: a signal ends a program that never returns to the event loop, and the profile is written', async () => {
+    const out = path.join(dir, 'preload-spin.cpuprofile')
+    const run = h.spawnAsync(NODE, ['-r', path.join(h.ROOT, 'register.js'), h.BUSY, 'spin'], { env: { MACHSAMPLER_OUTPUT: out }, timeoutMs: 15000 })
+    await run.printed('ready')
+    run.child.kill('SIGINT')
+    const r = await run.done
+    // Ended by the signal, as without machsampler, not by the timeout's SIGKILL.
+    expect([r.status, r.signal]).toEqual([null, 'SIGINT'])
+    expect(r.stderr).toContain(`wrote ${out}`)
+    const prof = JSON.parse(fs.readFileSync(out, 'utf8'))
+    expect(prof.nodes.some((n) => n.callFrame.functionName.startsWith('busyLoopForCliTest'))).toBe(true)
+  }, 30000)
+
+  test('a signal the program listens for is left to it, busy or not', async () => {
+    const out = path.join(dir, 'preload-spin-handle.cpuprofile')
+    const run = h.spawnAsync(NODE, ['-r', path.join(h.ROOT, 'register.js'), h.BUSY, 'spin-handle'], { env: { MACHSAMPLER_OUTPUT: out }, timeoutMs: 2500 })
+    await run.printed('ready')
+    run.child.kill('SIGINT')
+    // As without machsampler: its listener never runs, so it goes on until
+    // the timeout kills it.
+    const r = await run.done
+    expect([r.status, r.signal]).toEqual([null, 'SIGKILL'])
+    expect(fs.existsSync(out)).toBe(false)
   }, 30000)
 
   test('NODE_OPTIONS is kept; with --no-follow the program and its children see the original', () => {
@@ -307,9 +335,9 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ['unknown thread', ['report', machprof, '--thread', 'no-such-thread'], 1, 'threads are'],
     ['command not found', ['record', '-o', W('o16.html'), '--', W('no-such-command')], 127, 'command not found'],
     ['command not executable', ['record', '-o', W('o17.html'), '--', W('not-executable')], 126, 'permission denied'],
-    // No profile, and the program's own status passed through.
-    ['not a Node program', ['record', '-o', W('o18.html'), '--', 'true'], 0, 'no profile was recorded'],
-    ['not a Node program that fails', ['record', '-o', W('o19.html'), '--', 'false'], 1, 'no profile was recorded'],
+    // No profile: a failure, with the program's own status if it failed.
+    ['not a Node program', ['record', '-o', W('o18.html'), '--', 'true'], 1, 'no profile was recorded'],
+    ['not a Node program that fails', ['record', '-o', W('o19.html'), '--', 'sh', '-c', 'exit 3'], 3, 'no profile was recorded'],
   ]
 
   test.each(cases.map((c) => [c[0], c]))('%s', (_, [, args, status, message]) => {

@@ -135,6 +135,13 @@ module.exports = {
   checkWatchStallsOptions: binding.checkWatchStallsOptions,
   /** For lib/stalls.js, which adds what only JavaScript can do at exit. */
   watchStallsNative: arity('watchStalls', binding.watchStalls, 1),
+  /** For register.js: the profile's save at exit when a signal ends a busy program. */
+  exitSave: {
+    arm: binding.armExitSignals,
+    claim: binding.claimExitSave,
+    wait: binding.waitForExitSave,
+    setProgramListens: binding.setProgramListens,
+  },
   /** For the download step: the symbol files servers may have for a profile. */
   symbolDownloads: arity('symbolDownloads', binding.symbolDownloads, 2),
   codedError,

@@ -15,6 +15,8 @@
 //! describe the last session. `start()` replaces the background loop with
 //! the session's, and `stop()` brings it back.
 
+pub mod exit_signals;
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 

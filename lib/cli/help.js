@@ -83,9 +83,9 @@ Options:
   -q, --quiet           no summary
   -h, --help            this help
 
-Exit status: the program's own (128+n if it died of signal n); 1 if no
-profile could be written; 2 for bad usage; 126 or 127 if the command could
-not be run.
+Exit status: the program's own (128+n if it died of signal n); if no
+profile could be written, the program's if it failed, else 1; 2 for bad
+usage; 126 or 127 if the command could not be run.
 
 ${formatsHelp()}
 `,

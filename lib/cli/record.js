@@ -300,10 +300,10 @@ function spawnError(command, e) {
   return new CliError(`cannot run '${command}': ${e.message}`, 126)
 }
 
-/** The program wrote no profile: say why as well as we can tell. */
 /**
  * The program wrote no profile: say why as well as we can tell, and exit
- * with its own status.
+ * with its own status, or 1 if that was 0 (a run that recorded nothing
+ * must not pass for a success).
  */
 function noProfile(opts, status, sessionDir) {
   const killed = status > 128 ? ` (it died of signal ${status - 128})` : ''
@@ -313,7 +313,7 @@ function noProfile(opts, status, sessionDir) {
     : started
       ? '; it was sampled but ended without writing the profile (it may have left a process running in the background, or been killed with SIGKILL)'
       : '; is it a Node.js program (node, or a script run by node)?'
-  return new CliError(`no profile was recorded: '${opts.command}' exited with status ${status}${killed}${why}`, status)
+  return new CliError(`no profile was recorded: '${opts.command}' exited with status ${status}${killed}${why}`, status === 0 ? 1 : status)
 }
 
 /** Removes the perf map our flags made, unless the user asked for one too. */

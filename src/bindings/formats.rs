@@ -71,7 +71,7 @@ fn string(v: &Unknown, what: &str) -> JsResult<String> {
     }
 }
 
-fn number(v: &Unknown, what: &str) -> JsResult<f64> {
+pub(crate) fn number(v: &Unknown, what: &str) -> JsResult<f64> {
     match type_of(v)? {
         // SAFETY: the type was just checked to be Number.
         ValueType::Number => unsafe { v.cast::<f64>() }.map_err(napi_fail),

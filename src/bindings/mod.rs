@@ -407,6 +407,111 @@ pub fn threads_created() {
     control::look_for_threads()
 }
 
+/// The signals the exit save can be armed for, by name.
+fn exit_signal(name: &str) -> Option<i32> {
+    match name {
+        "SIGINT" => Some(libc::SIGINT),
+        "SIGTERM" => Some(libc::SIGTERM),
+        "SIGHUP" => Some(libc::SIGHUP),
+        _ => None,
+    }
+}
+
+/// For the preload that records a whole program: when one of `signals`
+/// ends the process and JavaScript has not claimed the save within
+/// `graceMs` (a busy main thread never runs its signal listeners), the
+/// sampler is stopped and the profile written to `output` from a native
+/// thread, as `stop({ output, ... })` would, and the signal then ends the
+/// process. Once per process. See `claimExitSave`.
+#[napi]
+pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str> {
+    const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce";
+    let mut signals = Vec::new();
+    let mut grace_ms = 300.0;
+    let mut output = None;
+    let mut symbolicate = false;
+    let mut announce = false;
+    let mut save_options = Vec::new();
+    for (key, val) in formats::entries(options, "options")? {
+        match key.as_str() {
+            "signals" => {
+                if !val.is_array().map_err(napi_fail)? {
+                    return Err(einval("options.signals must be an array of signal names"));
+                }
+                // SAFETY: the value was just checked to be an array.
+                let list: Vec<String> = unsafe { val.cast() }.map_err(napi_fail)?;
+                for name in list {
+                    let sig = exit_signal(&name)
+                        .ok_or_else(|| einval(format!("options.signals: '{name}' is not SIGINT, SIGTERM or SIGHUP")))?;
+                    signals.push(sig);
+                }
+            }
+            "graceMs" => {
+                grace_ms = formats::number(&val, "options.graceMs")?;
+                if !(0.0..=60_000.0).contains(&grace_ms) {
+                    return Err(einval(format!("options.graceMs must be from 0 to 60000, got {grace_ms}")));
+                }
+            }
+            "output" => output = Some(val),
+            "symbolicate" => symbolicate = formats::boolean(&val, "options.symbolicate")?,
+            "announce" => announce = formats::boolean(&val, "options.announce")?,
+            "format" | "compress" => save_options.push((key, val)),
+            _ => return Err(einval(format!("unknown option '{key}'; valid options are {KEYS}"))),
+        }
+    }
+    let Some(output) = output else { return Err(einval("options.output is required")) };
+    let mut options = Object::new(env).map_err(napi_fail)?;
+    for (key, val) in save_options {
+        options.set_named_property(&key, val).map_err(napi_fail)?;
+    }
+    let save = formats::SaveRequest::parse(&output, "options.output", Some(options.to_unknown()))?;
+    let job = Box::new(move || {
+        let mut data = match control::stop_profile() {
+            Ok(d) => d,
+            Err(e) => return eprintln!("machsampler: {}", e.message),
+        };
+        if symbolicate {
+            let options = symbols::default_symbol_options().unwrap_or_default();
+            let (names, warnings) = crate::symbols::symbolicate_with_warnings(&data, &options);
+            for w in warnings {
+                eprintln!("machsampler: {w}");
+            }
+            data.symbols = Some(names);
+        }
+        match save.write(&data) {
+            Ok(()) if announce => eprintln!("machsampler: wrote {}", save.path),
+            Ok(()) => {}
+            Err(e) => eprintln!("machsampler: {}", e.reason),
+        }
+    });
+    let grace = std::time::Duration::from_secs_f64(grace_ms / 1000.0);
+    control::exit_signals::arm(&signals, grace, job).map_err(js_error)
+}
+
+/// For the preload: JavaScript is about to save the profile at exit.
+/// False when the native save of `armExitSignals` has it: the caller then
+/// calls `waitForExitSave` and writes nothing.
+#[napi]
+pub fn claim_exit_save() -> bool {
+    control::exit_signals::claim()
+}
+
+/// For the preload: waits (at most 60 s) for the native save at exit to
+/// finish; the signal then ends the process.
+#[napi]
+pub fn wait_for_exit_save() {
+    control::exit_signals::wait_for_native_save(std::time::Duration::from_secs(60))
+}
+
+/// For the preload: whether the program itself listens for `signal`
+/// (then the signal is left to it).
+#[napi]
+pub fn set_program_listens(signal: String, listens: bool) {
+    if let Some(sig) = exit_signal(&signal) {
+        control::exit_signals::set_program_listens(sig, listens)
+    }
+}
+
 /// Number of threads in the process that the sampler knows of.
 #[napi]
 pub fn thread_count() -> Result<u32, &'static str> {

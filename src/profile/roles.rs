@@ -151,8 +151,9 @@ pub fn display_name(profile: &ProfileData, thread: usize) -> &str {
 }
 
 /// Whether `which` (as `report --thread` takes it) selects thread `t`: its
-/// tid, its OS name, its role, or the first word of its role (`worker`
-/// selects every `worker N (…)`; `pool` the libuv pool).
+/// tid, its OS name, its role, its role without the script a worker runs
+/// (`worker 2` selects `worker 2 (/app/w.js)`), or the first word of its
+/// role (`worker` selects every `worker N (…)`; `pool` the libuv pool).
 pub fn matches(profile: &ProfileData, t: usize, which: &str) -> bool {
     let rec = &profile.threads[t];
     if which.parse::<u64>().ok() == Some(rec.tid) || rec.name == which {
@@ -164,6 +165,7 @@ pub fn matches(profile: &ProfileData, t: usize, which: &str) -> bool {
     }
     role == which
         || role.split(' ').next() == Some(which)
+        || role.split(" (").next() == Some(which)
         || (which == "pool" && role == "libuv pool")
         || role.eq_ignore_ascii_case(which)
 }
@@ -226,6 +228,9 @@ mod tests {
         assert_eq!(display_name(&p, 3), "worker 1 (/app/pool.js)");
         assert!(matches(&p, 0, "main"));
         assert!(matches(&p, 3, "worker"));
+        assert!(matches(&p, 3, "worker 1"), "the name the threads table shows");
+        assert!(matches(&p, 3, "worker 1 (/app/pool.js)"));
+        assert!(!matches(&p, 3, "worker 2"));
         assert!(matches(&p, 1, "pool"));
         assert!(matches(&p, 1, "libuv pool"));
         assert!(matches(&p, 2, "102"));

@@ -9,13 +9,17 @@
 //! `(idle)` node under the root, as `--cpu-prof` records them, so DevTools
 //! shows idle time as idle rather than as time in `epoll_wait`. Locations
 //! are 0-based as in the protocol: `lineNumber` and `columnNumber` of a
-//! JavaScript function where it starts, -1 when unknown.
+//! JavaScript function where it starts, -1 when unknown; a JavaScript
+//! function's name is its name alone and each source has a script id of its
+//! own, as in `--cpu-prof`'s files.
 
 use serde::Serialize;
 
+use rustc_hash::FxHashMap;
+
 use super::names::{module_name, resolve};
 use super::tree::CallTree;
-use crate::profile::ProfileData;
+use crate::profile::{FunctionKind, ProfileData};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -108,6 +112,8 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         hit_count: 0,
         children: Vec::new(),
     };
+    // A script id per JavaScript source, as V8 numbers its scripts.
+    let mut scripts: FxHashMap<String, u32> = FxHashMap::default();
     let mut nodes: Vec<Node> = order
         .iter()
         .map(|&n| {
@@ -115,11 +121,18 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
             // Native functions: name the module, as DevTools does for
             // native frames, so `memcpy` from libc and from node differ.
             let url = if f.file.is_empty() { module_name(profile, f).to_string() } else { url_of(&f.file) };
+            let script_id = if f.kind == FunctionKind::Js && !f.file.is_empty() {
+                let next = scripts.len() as u32 + 1;
+                *scripts.entry(url.clone()).or_insert(next)
+            } else {
+                0
+            };
             Node {
                 id: id[n as usize],
                 call_frame: CallFrame {
-                    function_name: f.name.clone(),
-                    script_id: "0".into(),
+                    // The location is in its own fields, as --cpu-prof has it.
+                    function_name: f.short_name().to_string(),
+                    script_id: script_id.to_string(),
                     url,
                     line_number: f.line as i64 - 1, // 0-based; -1 if unknown
                     column_number: f.column() as i64 - 1,
@@ -221,11 +234,14 @@ mod tests {
         let idle = nodes.iter().find(|n| n["callFrame"]["functionName"] == "(idle)").unwrap();
         assert_eq!(idle["hitCount"], 3);
         assert!(nodes[0]["children"].as_array().unwrap().contains(&idle["id"]));
-        let b = nodes.iter().find(|n| n["callFrame"]["functionName"] == "b (/app/x.js:30:7)").unwrap();
+        // The name alone; the location in its fields, with a script id.
+        let b = nodes.iter().find(|n| n["callFrame"]["functionName"] == "b").unwrap();
         assert_eq!(
             (b["callFrame"]["lineNumber"].as_i64(), b["callFrame"]["columnNumber"].as_i64()),
             (Some(29), Some(6))
         );
+        assert_eq!(b["callFrame"]["url"], "file:///app/x.js");
+        assert_eq!(b["callFrame"]["scriptId"], "1");
         assert_eq!(v["samples"].as_array().unwrap().len(), 4, "one per interval");
         assert_eq!(v["samples"][1], idle["id"]);
     }

@@ -140,7 +140,10 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     keys.sort_unstable(); // stable output
     let (k_thread, k_tid, k_state) = (strings.get("thread"), strings.get("tid"), strings.get("state"));
     let (s_running, s_idle) = (strings.get("running"), strings.get("idle"));
-    let thread_names: Vec<i64> = profile.threads.iter().map(|t| strings.get(&t.name)).collect();
+    // The name the summary and the other formats show (`worker 1 (…)`,
+    // `libuv pool`), not the OS name every Node thread may share.
+    let thread_names: Vec<i64> =
+        (0..profile.threads.len()).map(|t| strings.get(crate::profile::roles::display_name(profile, t))).collect();
     for key in keys {
         let (thread, stack, idle) = key;
         let [count, cpu] = agg[&key];

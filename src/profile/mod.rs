@@ -98,6 +98,30 @@ impl Function {
         col.parse().unwrap_or(0)
     }
 
+    /// The name without the location V8 adds to a JavaScript function's
+    /// (`fib (/app/fib.js:3:13)` is `fib`), for formats that keep the
+    /// location in fields of their own. Other names are returned whole.
+    pub fn short_name(&self) -> &str {
+        if self.kind != FunctionKind::Js || self.line == 0 {
+            return &self.name;
+        }
+        let Some(rest) = self.name.strip_suffix(')') else { return &self.name };
+        let line = format!(":{}", self.line);
+        // The first " (" whose remainder is `<file>:<line>[:<column>]`: a
+        // path may hold " (" too, a name seldom does.
+        for (at, _) in rest.match_indices(" (") {
+            let location = &rest[at + 2..];
+            let without_column = match location.rsplit_once(':') {
+                Some((before, col)) if col.bytes().all(|b| b.is_ascii_digit()) && before.ends_with(&line) => before,
+                _ => location,
+            };
+            if without_column.ends_with(&line) {
+                return &self.name[..at];
+            }
+        }
+        &self.name
+    }
+
     /// An address in module `module` (named `module_name`) that nothing
     /// names: `0x<file address> in <module_name>`. The file address is the
     /// one `atos -o`, `addr2line -e` and `llvm-symbolizer` take.
@@ -407,6 +431,13 @@ pub(crate) mod tests {
         assert_eq!(f("fib (/a.js:3)", 3).column(), 0);
         assert_eq!(f("fib (/a.js:4:13)", 3).column(), 0);
         assert_eq!(f("fib", 0).column(), 0);
+        assert_eq!(f("fib (/a.js:3:13)", 3).short_name(), "fib");
+        assert_eq!(f("get x (/a (b).js:3:13)", 3).short_name(), "get x");
+        assert_eq!(f(" (/a.js:3:13)", 3).short_name(), "");
+        assert_eq!(f("fib (/a.js:4:13)", 3).short_name(), "fib (/a.js:4:13)");
+        assert_eq!(f("fib", 0).short_name(), "fib");
+        let native = Function { kind: FunctionKind::Native, ..f("f (x:3)", 3) };
+        assert_eq!(native.short_name(), "f (x:3)");
     }
 
     #[test]

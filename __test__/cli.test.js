@@ -251,6 +251,23 @@ describe('report and convert', () => {
     expect(r.stdout).toContain('Profiler cost: sampler thread')
   })
 
+  test('convert -o - writes to standard output, and a reader that stops early is no error', () => {
+    const cwd = h.tmpdir('stdout')
+    try {
+      const r = h.cli(['convert', machprof, '-o', '-', '-f', 'collapsed'], { cwd })
+      expect(r.status).toBe(0)
+      expect(r.stdout.split('\n').filter(Boolean).every((l) => / \d+$/.test(l))).toBe(true)
+      expect(r.stdout).toContain('fibonacciOnMainThread')
+      expect(h.listDir(cwd)).toEqual([]) // no file named '-'
+      const head = require('child_process').spawnSync('sh', ['-c', `"${NODE}" "${h.CLI}" convert "${machprof}" -o - -f speedscope | head -c 10`], { encoding: 'utf8' })
+      expect(head.stdout).toBe('{"$schema"')
+      expect(head.stderr).not.toMatch(/pipe|cannot write|error/i)
+      expect(h.cli(['convert', machprof, '-o', '-']).stderr).toContain('needs --format')
+    } finally {
+      fs.rmSync(cwd, { recursive: true, force: true })
+    }
+  })
+
   test('report --thread <tid> --by total --top 3', () => {
     const main = ms.loadProfile(machprof).threads.find((t) => t.isMain)
     const r = h.cli(['report', machprof, '--thread', String(main.tid), '--by', 'total', '--top', '3'])
@@ -317,7 +334,10 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ['unknown command', ['frob'], 2, "unknown command 'frob'"],
     ['option without its value', ['report', machprof, '--top'], 2, "option '--top' needs a value"],
     ['bad --interval', ['record', '--interval', '0', '-o', W('o5.html'), '--', NODE, h.BUSY], 2, 'intervalMs must be an integer from 1 to 1000'],
-    ['non-numeric --interval', ['record', '--interval', 'fast', '-o', W('o6.html'), '--', NODE, h.BUSY], 2, 'intervalMs must be an integer'],
+    ['non-numeric --interval', ['record', '--interval', 'fast', '-o', W('o6.html'), '--', NODE, h.BUSY], 2, "option '--interval' takes a decimal number, got 'fast'"],
+    ['hexadecimal --interval', ['record', '--interval', '0x10', '-o', W('o6.html'), '--', NODE, h.BUSY], 2, "takes a decimal number, got '0x10'"],
+    ['exponent --top', ['report', machprof, '--top', '1e2'], 2, "option '--top' takes a decimal number, got '1e2'"],
+    ["'--' as an option's value", ['record', '-o', W('o6.html'), '--interval', '--', NODE, h.BUSY], 2, "option '--interval' needs a value"],
     ['bad --depth', ['record', '--depth', '5000', '-o', W('o7.html'), '--', NODE, h.BUSY], 2, 'maxStackDepth must be an integer from 1 to 1024'],
     ['bad --duration', ['record', '--duration', '-2', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, '--duration must be a positive number'],
     ['unknown format', ['record', '-f', 'gif', '-o', W('o9.html'), '--', NODE, h.BUSY], 2, "unknown format 'gif'"],

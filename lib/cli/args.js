@@ -65,7 +65,8 @@ function parse(argv, spec, { command, stopAtCommand = false } = {}) {
     }
     let value = inline
     if (value === undefined) {
-      if (i + 1 >= argv.length) throw new CliError(`option '--${name}' needs a value; ${help}`, USAGE)
+      // `--interval -- node app.js`: the value is missing, not '--'.
+      if (i + 1 >= argv.length || argv[i + 1] === '--') throw new CliError(`option '--${name}' needs a value; ${help}`, USAGE)
       value = argv[++i]
     }
     values[name] = value
@@ -73,11 +74,16 @@ function parse(argv, spec, { command, stopAtCommand = false } = {}) {
   return { values, positionals, dashDash }
 }
 
-/** A numeric option's value, or undefined if absent; NaN for non-numbers. */
+/**
+ * A numeric option's value, or undefined if absent. Only decimal numbers
+ * ('10', '2.5'): not '0x10' or '1e2', which Number() would take. The
+ * range is checked by whoever uses the value.
+ */
 function number(values, name) {
   const v = values[name]
   if (v === undefined) return undefined
-  return v.trim() === '' ? NaN : Number(v)
+  if (!/^[+-]?(\d+(\.\d*)?|\.\d+)$/.test(v.trim())) throw new CliError(`option '--${name}' takes a decimal number, got '${v}'`, USAGE)
+  return Number(v)
 }
 
 /** The one input profile `report` and `convert` take. */

@@ -1,6 +1,10 @@
 'use strict'
 // `machsampler convert <profile.machprof> -o <file> [options]`
 
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+
 const { parse, oneProfile, CliError, USAGE } = require('./args')
 const { help } = require('./help')
 const { processFile, outputFormat, checkView } = require('./profile-io')
@@ -21,22 +25,52 @@ async function convert(argv) {
   if (values.help) return help('convert')
   const input = oneProfile('convert', positionals)
   if (values.output === undefined) throw new CliError(`convert needs -o <file>; see 'machsampler convert --help'`, USAGE)
+  // `-o -`: standard output, in the format --format names.
+  const toStdout = values.output === '-'
+  if (toStdout && values.format === undefined) throw new CliError("-o - (standard output) needs --format; see 'machsampler convert --help'", USAGE)
   const format = outputFormat(values.output, values.format)
   const view = checkView(values.view)
   const symbols = symbolOptions(values)
   await fetchFor(input, symbols)
-  const result = processFile(input, {
-    symbols,
-    output: values.output,
-    save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true, view },
-  })
-  printWarnings(result)
-  if (result.outputs.length === 0) {
-    const why = result.summary.samples === 0 ? 'the profile has no samples' : 'the profile has only idle samples; add --idle to draw them'
-    throw new CliError(`${why}; nothing written to ${values.output}`, 1)
+  const tmp = toStdout ? fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-')) : null
+  try {
+    const output = toStdout ? path.join(tmp, 'out') : values.output
+    const result = processFile(input, {
+      symbols,
+      output,
+      save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true, view },
+    })
+    printWarnings(result)
+    if (result.outputs.length === 0) {
+      const why = result.summary.samples === 0 ? 'the profile has no samples' : 'the profile has only idle samples; add --idle to draw them'
+      throw new CliError(`${why}; nothing written to ${values.output}`, 1)
+    }
+    if (toStdout) {
+      // Several processes give several files: one after the other.
+      for (const o of result.outputs) await writeStdout(fs.readFileSync(o.path))
+      return 0
+    }
+    for (const o of result.outputs) process.stderr.write(`machsampler: wrote ${o.path} (${format})\n`)
+    return 0
+  } finally {
+    if (tmp) fs.rmSync(tmp, { recursive: true, force: true })
   }
-  for (const o of result.outputs) process.stderr.write(`machsampler: wrote ${o.path} (${format})\n`)
-  return 0
+}
+
+/**
+ * Writes `bytes` to standard output. A reader that stops early (`| head`)
+ * is no error: the rest is dropped, as other command-line tools do.
+ */
+function writeStdout(bytes) {
+  return new Promise((resolve, reject) => {
+    const onError = (e) => (e.code === 'EPIPE' ? resolve() : reject(new CliError(`cannot write to standard output: ${e.message}`, 1)))
+    process.stdout.once('error', onError)
+    process.stdout.write(bytes, (e) => {
+      process.stdout.removeListener('error', onError)
+      if (e) onError(e)
+      else resolve()
+    })
+  })
 }
 
 module.exports = { convert }

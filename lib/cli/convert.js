@@ -63,11 +63,10 @@ async function convert(argv) {
  */
 function writeStdout(bytes) {
   return new Promise((resolve, reject) => {
-    const onError = (e) => (e.code === 'EPIPE' ? resolve() : reject(new CliError(`cannot write to standard output: ${e.message}`, 1)))
-    process.stdout.once('error', onError)
+    // Kept: the stream may report the error again after the callback.
+    process.stdout.on('error', () => {})
     process.stdout.write(bytes, (e) => {
-      process.stdout.removeListener('error', onError)
-      if (e) onError(e)
+      if (e && e.code !== 'EPIPE') reject(new CliError(`cannot write to standard output: ${e.message}`, 1))
       else resolve()
     })
   })

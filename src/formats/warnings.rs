@@ -14,13 +14,23 @@ pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
     let symbols = resolve(profile);
     let unnamed: Vec<bool> =
         symbols.functions.iter().map(|f| f.kind == FunctionKind::Unknown && f.module < 0).collect();
-    // Per stack node: does it or a caller sit in unnamed code?
+    // Node's own JavaScript (`node:internal/...`, a worker's bootstrap
+    // above all, run while V8 describes its code to the sampler): code it
+    // calls that has no name is no code of the user's.
+    let internal: Vec<bool> =
+        symbols.functions.iter().map(|f| f.kind == FunctionKind::Js && f.file.starts_with("node:")).collect();
+    // Per stack node: does it or a caller sit in unnamed code called from
+    // the user's JavaScript (or from no JavaScript at all)?
     let n = profile.stack_frame.len();
     let mut has = vec![false; n];
+    // The nearest JavaScript function at or above each node, if internal.
+    let mut under_internal = vec![false; n];
     for s in 0..n {
         let up = profile.stack_parent[s];
-        has[s] =
-            (up >= 0 && has[up as usize]) || unnamed[symbols.frame_function[profile.stack_frame[s] as usize] as usize];
+        let f = symbols.frame_function[profile.stack_frame[s] as usize] as usize;
+        let caller_internal = up >= 0 && under_internal[up as usize];
+        under_internal[s] = if symbols.functions[f].kind == FunctionKind::Js { internal[f] } else { caller_internal };
+        has[s] = (up >= 0 && has[up as usize]) || (unnamed[f] && !caller_internal);
     }
     let mut per_thread = vec![(0u64, 0u64); profile.threads.len()];
     for i in 0..profile.sample_count() {
@@ -76,5 +86,14 @@ mod tests {
             w[0]
         );
         assert!(w[0].contains("--perf-map"));
+        // The same code called from Node's own JavaScript is not the user's.
+        p.symbols.as_mut().unwrap().functions[1] = Function {
+            name: "requireBuiltin (node:internal/bootstrap/realm:420:24)".into(),
+            module: -1,
+            file: "node:internal/bootstrap/realm".into(),
+            line: 420,
+            kind: FunctionKind::Js,
+        };
+        assert!(unnamed_js(&p).is_empty());
     }
 }

@@ -168,8 +168,73 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         let weight = profile.weight(i).min(i32::MAX as u64) as i32;
         w.fx.add_sample(ctx.handle, at(profile.sample_time_ns[i]), stack, cpu, weight);
     }
-    // Serializing plain data into a Vec cannot fail.
-    serde_json::to_vec(&w.fx).unwrap_or_default()
+    // Serializing plain data cannot fail.
+    let mut json = serde_json::to_value(&w.fx).unwrap_or_default();
+    add_source_locations(&mut json, &symbols);
+    serde_json::to_vec(&json).unwrap_or_default()
+}
+
+/// Fills the function tables' `fileName`, `lineNumber` and `columnNumber`,
+/// which `fxprof-processed-profile` leaves empty, for JavaScript functions
+/// with a known source, and names those functions without the location
+/// their label carries (the Profiler shows the file beside the name).
+fn add_source_locations(json: &mut serde_json::Value, symbols: &Symbols) {
+    use serde_json::Value;
+    let mut by_label: FxHashMap<&str, &crate::profile::Function> = FxHashMap::default();
+    for f in &symbols.functions {
+        if f.kind == FunctionKind::Js && !f.file.is_empty() {
+            by_label.insert(f.name.as_str(), f);
+        }
+    }
+    let Some(threads) = json.get_mut("threads").and_then(Value::as_array_mut) else { return };
+    for thread in threads {
+        let Some(thread) = thread.as_object_mut() else { continue };
+        let Some(mut strings) = thread.remove("stringArray") else { continue };
+        if let (Some(table), Some(list)) = (thread.get_mut("funcTable"), strings.as_array_mut()) {
+            locate_functions(table, list, &by_label);
+        }
+        thread.insert("stringArray".into(), strings);
+    }
+}
+
+fn locate_functions(
+    table: &mut serde_json::Value,
+    strings: &mut Vec<serde_json::Value>,
+    by_label: &FxHashMap<&str, &crate::profile::Function>,
+) {
+    use serde_json::Value;
+    let len = table.get("length").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let names: Vec<Option<u64>> = match table.get("name").and_then(Value::as_array) {
+        Some(a) => a.iter().map(Value::as_u64).collect(),
+        None => return,
+    };
+    let mut interned: FxHashMap<String, u64> = FxHashMap::default();
+    let mut intern = |strings: &mut Vec<Value>, s: &str| -> u64 {
+        *interned.entry(s.to_string()).or_insert_with(|| {
+            strings.push(Value::String(s.to_string()));
+            strings.len() as u64 - 1
+        })
+    };
+    let (mut files, mut lines, mut columns, mut new_names) =
+        (vec![Value::Null; len], vec![Value::Null; len], vec![Value::Null; len], names.clone());
+    for (i, name) in names.iter().enumerate().take(len) {
+        let Some(label) = name.and_then(|n| strings.get(n as usize)).and_then(Value::as_str) else { continue };
+        let Some(f) = by_label.get(label).copied() else { continue };
+        files[i] = Value::from(intern(strings, &f.file));
+        lines[i] = Value::from(f.line);
+        if f.column() > 0 {
+            columns[i] = Value::from(f.column());
+        }
+        new_names[i] = Some(intern(strings, f.short_name()));
+    }
+    let Some(table) = table.as_object_mut() else { return };
+    table.insert("fileName".into(), Value::from(files));
+    table.insert("lineNumber".into(), Value::from(lines));
+    table.insert("columnNumber".into(), Value::from(columns));
+    table.insert(
+        "name".into(),
+        Value::from(new_names.into_iter().map(|n| n.map_or(Value::Null, Value::from)).collect::<Vec<_>>()),
+    );
 }
 
 #[cfg(test)]
@@ -208,6 +273,30 @@ mod tests {
         };
         assert_ne!(stack_category(0), idle);
         assert_eq!(stack_category(1), idle);
+    }
+
+    #[test]
+    fn javascript_functions_have_their_source_location() {
+        let mut p = sample_profile();
+        p.symbols.as_mut().unwrap().functions[2] = crate::profile::Function {
+            name: "b (/app/x.js:30:7)".into(),
+            module: -1,
+            file: "/app/x.js".into(),
+            line: 30,
+            kind: FunctionKind::Js,
+        };
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let t = &v["threads"][0];
+        let strings = t["stringArray"].as_array().unwrap();
+        let funcs = &t["funcTable"];
+        let named = |i: usize| strings[funcs["name"][i].as_u64().unwrap() as usize].as_str().unwrap().to_string();
+        let b = (0..funcs["length"].as_u64().unwrap() as usize)
+            .find(|&i| named(i) == "b")
+            .expect("b, without its location");
+        assert_eq!(strings[funcs["fileName"][b].as_u64().unwrap() as usize], "/app/x.js");
+        assert_eq!((funcs["lineNumber"][b].as_u64(), funcs["columnNumber"][b].as_u64()), (Some(30), Some(7)));
+        let a = (0..funcs["length"].as_u64().unwrap() as usize).find(|&i| named(i) == "a").unwrap();
+        assert!(funcs["fileName"][a].is_null(), "a native function has none");
     }
 
     #[test]

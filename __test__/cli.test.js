@@ -103,12 +103,17 @@ describe('record', () => {
     expect(names(out)).toContain('busyLoopForCliTest')
   }, 30000)
 
-  test('the preload alone: a signal ends a program that never returns to the event loop, and the profile is written', async () => {
-    const out = path.join(dir, 'preload-spin.cpuprofile')
-    const run = h.spawnAsync(NODE, ['-r', path.join(h.ROOT, 'register.js'), h.BUSY, 'spin'], { env: { MACHSAMPLER_OUTPUT: out }, timeoutMs: 15000 })
+  /** Runs cli-busy.js `how` under the preload alone, sends SIGINT once it spins; its end (killed after `timeoutMs`). */
+  async function preloadInterrupted(how, out, timeoutMs) {
+    const run = h.spawnAsync(NODE, ['-r', path.join(h.ROOT, 'register.js'), h.BUSY, how], { env: { MACHSAMPLER_OUTPUT: out }, timeoutMs })
     await run.printed('ready')
     run.child.kill('SIGINT')
-    const r = await run.done
+    return run.done
+  }
+
+  test('the preload alone: a signal ends a program that never returns to the event loop, and the profile is written', async () => {
+    const out = path.join(dir, 'preload-spin.cpuprofile')
+    const r = await preloadInterrupted('spin', out, 15000)
     // Ended by the signal, as without machsampler, not by the timeout's SIGKILL.
     expect([r.status, r.signal]).toEqual([null, 'SIGINT'])
     expect(r.stderr).toContain(`wrote ${out}`)
@@ -118,12 +123,9 @@ describe('record', () => {
 
   test('a signal the program listens for is left to it, busy or not', async () => {
     const out = path.join(dir, 'preload-spin-handle.cpuprofile')
-    const run = h.spawnAsync(NODE, ['-r', path.join(h.ROOT, 'register.js'), h.BUSY, 'spin-handle'], { env: { MACHSAMPLER_OUTPUT: out }, timeoutMs: 2500 })
-    await run.printed('ready')
-    run.child.kill('SIGINT')
     // As without machsampler: its listener never runs, so it goes on until
     // the timeout kills it.
-    const r = await run.done
+    const r = await preloadInterrupted('spin-handle', out, 2500)
     expect([r.status, r.signal]).toEqual([null, 'SIGKILL'])
     expect(fs.existsSync(out)).toBe(false)
   }, 30000)

@@ -73,7 +73,6 @@ pub fn arm(signals: &[i32], grace: Duration, save: SaveJob) -> Result<(), Sample
         // programs this process executes.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    let watched: Vec<i32> = signals.to_vec();
     let spawned =
         std::thread::Builder::new().name("machsampler-exit".into()).spawn(move || watch(read_fd, grace, save));
     if let Err(e) = spawned {
@@ -85,7 +84,7 @@ pub fn arm(signals: &[i32], grace: Duration, save: SaveJob) -> Result<(), Sample
         return Err(SamplerError::new(ErrorCode::Again, format!("cannot start the exit watcher: {e}")));
     }
     WAKE_FD.store(write_fd, Ordering::Release);
-    for sig in watched {
+    for &sig in signals {
         install(sig)?;
     }
     Ok(())

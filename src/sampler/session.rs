@@ -507,8 +507,15 @@ pub fn run<B: Backend>(
         .unwrap_or(0.0);
     let timers = options.mode == Mode::Cpu && backend.has_cpu_timers();
     session.mode_timers = timers;
-    // Find the threads at once: with timers, samples start coming as soon
-    // as each has its timer.
+    backend.set_capture_config(CaptureConfig {
+        max_depth: options.max_stack_depth,
+        native_unwinding: shared.native_unwinding.load(Relaxed),
+    });
+    // With timers, each thread gets its timer as it is found, and samples
+    // start coming then, rather than after every thread has been found.
+    if timers {
+        backend.start_cpu_timers(options.interval_ns, timer_drain_period(options.interval_ns));
+    }
     backend.refresh_threads(&shared.registry, true);
     shared.registry.snapshot(&mut live);
     live.retain(|e| e.tid != own_tid);
@@ -516,14 +523,7 @@ pub fn run<B: Backend>(
     let mut last_refresh = backend.now_ns();
     let mut seen_generation = shared.registry.generation();
     let mut last_full_refresh = start_ns;
-    backend.set_capture_config(CaptureConfig {
-        max_depth: options.max_stack_depth,
-        native_unwinding: shared.native_unwinding.load(Relaxed),
-    });
     let period = if timers { timer_wake_period(options.interval_ns) } else { options.interval_ns };
-    if timers {
-        backend.start_cpu_timers(options.interval_ns, timer_drain_period(options.interval_ns));
-    }
     backend.sampling_started();
     let can_wake = backend.stop_waker().is_some();
     let mut schedule = Schedule::new(start_ns, period);

@@ -22,13 +22,14 @@ const ROOT = path.join(__dirname, '..', '..')
  * remove an entry when its reproducer passes.
  */
 const KNOWN_BUGS = {
-  'signal-after-stop':
-    'wall mode: a signal the sampler thread queued to a thread that had not run yet is delivered after stop() returned (finish() waits a fixed 1 ms, not for pending signals); stress/repro/signal-after-stop.js',
   'report-header-rows':
     "the report's summary (ProfileSummary.samples / idleSamples, the 'samples' line of `machsampler report`) counts rows, not samples by weight, while its tables count by weight",
   'cpu-beside-wall-copy':
     'two copies of the addon, one in CPU mode and one in wall mode: the CPU-mode copy gives a busy thread well under its CPU time / interval in samples (34-53 for 62-78 intervals; never with cpu/cpu or one copy alone); coexistence, two copies, cpu/wall',
   // Fixed, kept here as examples of the format:
+  // 'signal-after-stop': a signal queued to a thread that had not run yet
+  //   delivered after stop() returned (stress/repro/signal-after-stop.js);
+  //   stop() now waits for signals on their way;
   // 'concurrent-start-stop': stop() racing start() on another JS thread
   //   (stress/repro/concurrent-start-stop.js), fixed in 87a9ac3;
   // 'symbolicate-fifo': symbolicate() blocking on a FIFO module path

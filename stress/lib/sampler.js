@@ -41,18 +41,14 @@ function quietAfterStop(p, quietMs = 3) {
   return { ...q, leftTimers, signals: sigs, ms: quietMs }
 }
 
-/**
- * Checks a quiet() result: none may arrive in CPU mode; in wall mode the
- * sampler thread's queued signals still do (KNOWN_BUGS 'signal-after-stop').
- */
+/** Checks a quiet() result: no signal may arrive after stop() returned. */
 function checkQuiet(c, q, mode, what) {
   if (!q) return
   if (!c.ok(!q.noSignal, `${what}: no handler for SIGURG or a real-time signal after a session: which signal does the sampler use?`)) return
   c.ok(q.leftTimers === 0, `${what} (${mode} mode): ${q.leftTimers} POSIX timers with the sampling signal left after stop() returned`)
   const msg = () =>
     `${what} (${mode} mode): ${q.count} sampling signal(s) arrived in the ${q.ms} ms after stop() returned (${q.timer} from CPU timers, ${q.queued} queued by the sampler thread; the first ${q.firstAfterMs} ms after, on thread ${q.tid})`
-  if (mode === 'wall') c.knownOk('signal-after-stop', q.count === 0, msg)
-  else c.ok(q.count === 0, msg)
+  c.ok(q.count === 0, msg)
 }
 
 class Sampling {

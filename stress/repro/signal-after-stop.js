@@ -10,6 +10,8 @@
 // returned. CPU mode, checked the same way: none in 600 cycles. Harmless
 // while our handler stays installed (it ignores a released slot), but
 // whoever installs a handler for that signal after stop() gets it.
+// Fixed: stop() waits (up to 100 ms) until signals sent to live threads
+// have been taken; 0 of 200 cycles since, in either mode.
 //
 // How it is seen: right after stop() returns, the signal probe
 // (stress/lib/signal-probe.c) replaces the handler of the sampling signal

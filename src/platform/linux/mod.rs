@@ -41,7 +41,7 @@ use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_R
 use check_queue::CheckQueue;
 use procfs::Maps;
 use signal::Bounds;
-use timers::CpuTimer;
+use timers::{CpuTimer, FirstSample};
 
 /// Listing `/proc/self/task` costs 0.5-2 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
@@ -102,6 +102,9 @@ const MAPS_PERIOD_NS: u64 = 20_000_000;
 /// How long `finish` waits for handlers that were already running.
 const FINISH_GRACE_NS: u64 = 1_000_000;
 
+/// How long `finish` waits at most for signals already sent to be taken.
+const FINISH_PENDING_LIMIT_NS: u64 = 100_000_000;
+
 /// Capture records mapped in per CPU before the first signals of a
 /// session; the rest are mapped in right after (see `populate_pool`).
 const FIRST_RECORDS_PER_CPU: usize = 4;
@@ -151,6 +154,12 @@ struct LinuxThread {
     /// run keeps its name; one that another thread renames is caught by
     /// the final read at `finish`.
     name_stale: bool,
+}
+
+/// What a look at a thread's signal mask found.
+struct SignalCheck {
+    must_not_signal: bool,
+    running: bool,
 }
 
 impl LinuxThread {
@@ -350,15 +359,34 @@ impl LinuxBackend {
         Some(maps)
     }
 
-    fn start_timer(&mut self, tid: u64) {
+    /// Whether a signal sent to a live thread has not been taken yet.
+    fn signals_on_their_way(&self) -> bool {
+        self.threads.iter().any(|(&tid, t)| {
+            t.slot.and_then(signal::slot).is_some_and(|s| s.is_pending()) && signal::thread_alive(self.pid, tid)
+        })
+    }
+
+    /// Gives a thread its CPU timer. A thread found `running` (on a CPU or
+    /// ready for one) is also sampled now, rather than a scheduler tick
+    /// after its timer's first expiry.
+    fn start_timer(&mut self, tid: u64, running: bool) {
         let Some(interval) = self.timer_interval_ns else { return };
         let signal = self.signal;
         let Some(t) = self.threads.get_mut(&tid) else { return };
         if t.blocks_signal || t.timer.is_some() {
             return;
         }
-        let Some(slot) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
-        t.timer = CpuTimer::start(tid, signal, slot, interval).ok();
+        let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
+        let first = if running { FirstSample::Sent } else { FirstSample::FromTimer };
+        t.timer = CpuTimer::start(tid, signal, value, interval, first).ok();
+        let slot = t.slot.and_then(signal::slot);
+        if let Some(slot) = slot.filter(|s| running && t.timer.is_some() && s.begin_send(monotonic_ns())) {
+            // A failure (the thread left, or the queue is full) costs that
+            // thread its first sample, nothing else.
+            if signal::send(tid, value | signal::FIRST_SAMPLE).is_err() {
+                slot.cancel_send();
+            }
+        }
     }
 
     /// Starts following a thread the listing found: its name, whether it
@@ -372,7 +400,9 @@ impl LinuxBackend {
             procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY)
         };
         let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
-        let blocks = self.finishing || self.must_not_signal(tid);
+        let check =
+            if self.finishing { SignalCheck { must_not_signal: true, running: false } } else { self.check_signal(tid) };
+        let blocks = check.must_not_signal;
         // After `finish`, threads are only named, not sampled.
         let slot = if self.finishing { None } else { signal::acquire(tid) };
         if let Some(s) = slot.and_then(signal::slot) {
@@ -390,7 +420,7 @@ impl LinuxBackend {
         t.checked(blocks, now);
         self.checks.push(t.mask_due_ns, tid);
         self.threads.insert(tid, t);
-        self.start_timer(tid);
+        self.start_timer(tid, check.running);
         let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
         entry.is_main = tid == self.pid;
         entry
@@ -409,6 +439,13 @@ impl LinuxBackend {
     /// Whether a thread must not be signalled: it blocks the signal, or
     /// waits for signals where its mask cannot be read.
     fn must_not_signal(&mut self, tid: u64) -> bool {
+        self.check_signal(tid).must_not_signal
+    }
+
+    /// [`must_not_signal`](Self::must_not_signal), and whether the thread
+    /// was running (on a CPU or ready for one) throughout the check.
+    fn check_signal(&mut self, tid: u64) -> SignalCheck {
+        const NO: SignalCheck = SignalCheck { must_not_signal: true, running: false };
         // While a thread is inside sigtimedwait its mask reads as if the
         // signals it waits for were not blocked, until it has left: also
         // while it is runnable again but has not run yet, which on a loaded
@@ -420,23 +457,25 @@ impl LinuxBackend {
         // read blocks the signal and the thread did not go to sleep in
         // between (its count of voluntary sleeps did not move).
         if is_signal_waiter(tid) {
-            return true;
+            return NO;
         }
-        let Some(before) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return true };
+        let Some(before) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return NO };
         if before.blocks {
-            return true;
+            return NO;
         }
-        match procfs::syscall_state(tid, &mut self.buf) {
+        let state = match procfs::syscall_state(tid, &mut self.buf) {
             Some(procfs::SyscallState::WaitsForSignals) => {
                 note_signal_waiter(tid);
-                return true;
+                return NO;
             }
-            None => return true,
-            Some(_) => {}
-        }
-        match procfs::signal_state(tid, self.signal, &mut self.buf) {
-            Some(after) => after.blocks || after.voluntary_switches != before.voluntary_switches,
-            None => true,
+            None => return NO,
+            Some(state) => state,
+        };
+        let Some(after) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return NO };
+        let slept = after.voluntary_switches != before.voluntary_switches;
+        SignalCheck {
+            must_not_signal: after.blocks || slept,
+            running: state == procfs::SyscallState::Running && !slept,
         }
     }
 
@@ -673,6 +712,9 @@ impl Backend for LinuxBackend {
             registry.add_all(&added);
             self.checks.compact(self.threads.len(), self.threads.iter().map(|(&tid, t)| (t.mask_due_ns, tid)));
         }
+        if self.timer_interval_ns.is_some() {
+            self.populate_pool(usize::MAX);
+        }
         if full {
             // Another library may have installed its own handler for our
             // signal: samples then stop arriving, which must not go unsaid.
@@ -754,7 +796,7 @@ impl Backend for LinuxBackend {
                 }
             }
             if !blocks {
-                self.start_timer(tid);
+                self.start_timer(tid, false);
             }
         }
         self.to_check = to_check;
@@ -834,10 +876,18 @@ impl Backend for LinuxBackend {
                 s.set_active(false);
             }
         }
-        // Handlers already past the check finish within microseconds.
-        let deadline = monotonic_ns() + FINISH_GRACE_NS;
-        while monotonic_ns() < deadline {
-            std::thread::sleep(std::time::Duration::from_micros(500));
+        // Handlers already past the check finish within microseconds. A
+        // signal queued to a thread that has not run since is delivered
+        // when it next runs: wait for it, so that none arrives after
+        // stop() returns (unless the thread is starved past the limit).
+        let start = monotonic_ns();
+        loop {
+            let now = monotonic_ns();
+            let waited = now.saturating_sub(start);
+            if waited >= FINISH_PENDING_LIMIT_NS || (waited >= FINISH_GRACE_NS && !self.signals_on_their_way()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(250));
         }
         self.collect(sink);
         // Slots are released (a signal still on its way finds them with
@@ -867,15 +917,15 @@ impl Backend for LinuxBackend {
             self.populated = 0;
             self.done.reserve(self.pool.len());
         }
-        // The records the first signals take, then the timers, then the
-        // rest: mapping all of them in takes about a millisecond.
+        // The records the first signals take, then the timers; the rest
+        // after the threads found by the next refresh have theirs: mapping
+        // all of them in takes about a millisecond.
         self.populate_pool(FIRST_RECORDS_PER_CPU * cpu_count());
         signal::set_wake_threshold((self.pool.len() / 2) as u32);
         let tids: Vec<u64> = self.threads.keys().copied().collect();
         for tid in tids {
-            self.start_timer(tid);
+            self.start_timer(tid, false);
         }
-        self.populate_pool(usize::MAX);
     }
 
     fn set_frame_pointer_code(&mut self, ranges: Vec<std::ops::Range<u64>>) {

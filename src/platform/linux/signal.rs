@@ -62,14 +62,15 @@ pub struct ThreadSlot {
     gen: AtomicU32,
     /// Captures are wanted (cleared at stop).
     active: AtomicBool,
-    /// A wall-mode signal is on its way.
+    /// A signal sent by hand (a wall-mode or requested sample, or a CPU
+    /// timer's first sample) is on its way.
     pending: AtomicBool,
     /// Validated stack bounds: `[lo, hi)` is the thread's own stack, `hi`
     /// its control block (`tcb`). Zero while unknown.
     lo: AtomicU64,
     hi: AtomicU64,
     tcb: AtomicU64,
-    /// When the pending wall-mode signal was sent.
+    /// When the pending signal was sent.
     sent_ns: AtomicU64,
     /// Where the thread's first frames end, learned from a complete unwind:
     /// its outermost frame record `r` (see [`outermost_record`]) and how
@@ -161,7 +162,7 @@ impl ThreadSlot {
         self.root.store(0, Ordering::Release);
     }
 
-    /// Marks a wall-mode signal as sent; false if one is still pending.
+    /// Marks a signal as sent; false if one is still pending.
     pub fn begin_send(&self, now_ns: u64) -> bool {
         if self.pending.swap(true, Ordering::AcqRel) {
             return false;
@@ -173,6 +174,12 @@ impl ThreadSlot {
     /// Withdraws a send that failed.
     pub fn cancel_send(&self) {
         self.pending.store(false, Ordering::Release);
+    }
+
+    /// A signal sent with [`begin_send`](Self::begin_send) has not been
+    /// taken yet.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
     }
 
     /// Gives the slot up. Any signal still on its way carries the old
@@ -385,13 +392,17 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     if !ours {
         return;
     }
+    // A timer's first sample sent by hand counts as the timer's, not as a
+    // request.
+    let as_timer = code == libc::SI_TIMER || value & FIRST_SAMPLE != 0;
+    let value = value & !FIRST_SAMPLE;
     let (index, gen) = ((value >> 32) as u32, value as u32);
     let Some(slot) = slot(index) else { return };
     if slot.gen.load(Ordering::Acquire) != gen {
         return;
     }
     let sent_ns = slot.sent_ns.load(Ordering::Relaxed);
-    // Only wall mode sends with `pending` set. A store regardless would
+    // Only signals sent by hand set `pending`. A store regardless would
     // take the slot's cache line from the CPU that last read it on every
     // timer signal.
     if slot.pending.load(Ordering::Relaxed) {
@@ -440,7 +451,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         }
     }
     drop(window);
-    d.sent_ns = if code == libc::SI_QUEUE { sent_ns } else { 0 };
+    d.sent_ns = if as_timer { 0 } else { sent_ns };
     d.exit_ns = monotonic_ns();
     let waiting = pool.push_done(at);
     if waiting == WAKE_AT.load(Ordering::Relaxed) {
@@ -694,6 +705,16 @@ struct QueueInfo {
     _rest: [u64; 12],
 }
 const _: () = assert!(std::mem::size_of::<QueueInfo>() == 128);
+
+/// Whether thread `tid` of process `pid` still exists.
+pub fn thread_alive(pid: u64, tid: u64) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists.
+    unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::pid_t, tid as libc::pid_t, 0) == 0 }
+}
+
+/// Marks a slot's value ([`ThreadSlot::value`]) sent with [`send`] as the
+/// first sample of the thread's CPU timer (see `timers::FirstSample`).
+pub const FIRST_SAMPLE: u64 = 1 << 63;
 
 /// Sends the sampling signal to thread `tid` with `value`. Returns the
 /// errno on failure (ESRCH: the thread is gone; EAGAIN: queue limit).

@@ -73,8 +73,10 @@ pub fn arm(signals: &[i32], grace: Duration, save: SaveJob) -> Result<(), Sample
         // programs this process executes.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    let spawned =
-        std::thread::Builder::new().name("machsampler-exit".into()).spawn(move || watch(read_fd, grace, save));
+    let spawned = std::thread::Builder::new().name("machsampler-exit".into()).spawn(move || {
+        let _own = crate::sampler::own_threads::OwnThread::mark();
+        watch(read_fd, grace, save)
+    });
     if let Err(e) = spawned {
         // SAFETY: both descriptors are ours and not used elsewhere.
         unsafe {

@@ -9,6 +9,7 @@ pub mod error;
 pub mod history;
 pub mod observer;
 pub mod options;
+pub mod own_threads;
 pub mod registry;
 pub mod session;
 pub mod stacks;

@@ -35,6 +35,7 @@ use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
 use super::observer::{ObservedSample, Observer, SampleKind};
 use super::options::SamplerOptions;
+use super::own_threads::{self, OwnThread};
 use super::registry::{ThreadEntry, ThreadRegistry};
 use super::stacks::{PathCache, StackTable};
 use super::stats::{Stats, StatsSnapshot};
@@ -492,7 +493,10 @@ pub fn run<B: Backend>(
 ) -> Recording {
     let stats = &shared.stats;
     backend.prepare_sampler_thread();
+    let _own = OwnThread::mark();
     let own_tid = backend.current_tid();
+    // The addon's own threads are not the program's (see `own_threads`).
+    let profiled = |e: &ThreadEntry| e.tid != own_tid && !own_threads::contains(e.tid);
     let idle_threshold = backend.idle_cpu_threshold_ns();
     let Hooks { rewrite, mut on_tick, observer } = hooks;
     let mut session = Session::new(shared, &options, rewrite, observer.clone());
@@ -518,7 +522,7 @@ pub fn run<B: Backend>(
     }
     backend.refresh_threads(&shared.registry, true);
     shared.registry.snapshot(&mut live);
-    live.retain(|e| e.tid != own_tid);
+    live.retain(profiled);
     session.sync_threads(&live, backend.now_ns());
     let mut last_refresh = backend.now_ns();
     let mut seen_generation = shared.registry.generation();
@@ -594,7 +598,7 @@ pub fn run<B: Backend>(
                 if generation != seen_generation {
                     seen_generation = generation;
                     shared.registry.snapshot(&mut live);
-                    live.retain(|e| e.tid != own_tid);
+                    live.retain(profiled);
                     session.sync_threads(&live, backend.now_ns());
                 }
                 last_refresh = now;
@@ -710,7 +714,7 @@ pub fn run<B: Backend>(
     // Names may have been set after the threads were first seen.
     backend.refresh_threads(&shared.registry, true);
     shared.registry.snapshot(&mut live);
-    live.retain(|e| e.tid != own_tid);
+    live.retain(profiled);
     session.sync_threads(&live, backend.now_ns());
     if options.record {
         stats.sampler_cpu_ns.set(backend.own_cpu_ns());

@@ -154,7 +154,12 @@ fn stalls() -> &'static Stalls {
         // The reporter blocks every signal, as the sampler thread does, so
         // signals meant for the program never land on it. If it cannot be
         // created, jobs wait in the channel and watch() says so below.
-        let spawn = || std::thread::Builder::new().name("machsampler-stalls".into()).spawn(move || reporter(rx));
+        let spawn = || {
+            std::thread::Builder::new().name("machsampler-stalls".into()).spawn(move || {
+                let _own = crate::sampler::own_threads::OwnThread::mark();
+                reporter(rx)
+            })
+        };
         let _ = crate::sampler::session::with_signals_blocked(spawn);
         Stalls { observer, change: Mutex::new(()), tasks: tx, warmed: AtomicBool::new(false) }
     })

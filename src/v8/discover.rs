@@ -300,7 +300,10 @@ pub fn start() {
         // Every signal blocked, like the sampler thread: this thread never
         // runs a sampling handler, so it can never wait for itself.
         let spawned = crate::sampler::session::with_signals_blocked(|| {
-            std::thread::Builder::new().name("machsampler-v8".into()).spawn(move || serve(api))
+            std::thread::Builder::new().name("machsampler-v8".into()).spawn(move || {
+                let _own = crate::sampler::own_threads::OwnThread::mark();
+                serve(api)
+            })
         });
         if spawned.is_ok() {
             RUNNING.store(true, Ordering::Release);

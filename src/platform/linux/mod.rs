@@ -33,6 +33,7 @@ use crate::sampler::backend::{
     Backend, BackendCounters, Capture, CaptureConfig, CapturedStack, SkipReason, ThreadGone, FRAME_WORDS,
 };
 use crate::sampler::error::{ErrorCode, SamplerError};
+use crate::sampler::own_threads;
 use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
 use crate::sampler::unwind::{lesson, record_fingerprint, StackCopy, StackEnd, Unwinder, Unwound};
 use crate::sampler::walker::{Registers, StackBounds};
@@ -373,7 +374,7 @@ impl LinuxBackend {
         let Some(interval) = self.timer_interval_ns else { return };
         let signal = self.signal;
         let Some(t) = self.threads.get_mut(&tid) else { return };
-        if t.blocks_signal || t.timer.is_some() {
+        if t.blocks_signal || t.timer.is_some() || own_threads::contains(tid) {
             return;
         }
         let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };

@@ -27,6 +27,7 @@ const REPROS = [
   ['concurrent-start-stop.js', ['2'], ['10'], 120],
   ['symbolicate-fifo-module.js', [], [], 60],
   ['small-stack.js', [], [], 300],
+  ['signal-after-stop.js', ['50'], ['200'], 300],
 ]
 
 main(async (o, c) => {

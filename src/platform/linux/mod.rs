@@ -42,7 +42,7 @@ use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_R
 use check_queue::CheckQueue;
 use procfs::Maps;
 use signal::Bounds;
-use timers::{CpuTimer, FirstSample};
+use timers::CpuTimer;
 
 /// Listing `/proc/self/task` costs 0.5-2 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
@@ -155,12 +155,6 @@ struct LinuxThread {
     /// run keeps its name; one that another thread renames is caught by
     /// the final read at `finish`.
     name_stale: bool,
-}
-
-/// What a look at a thread's signal mask found.
-struct SignalCheck {
-    must_not_signal: bool,
-    running: bool,
 }
 
 impl LinuxThread {
@@ -367,10 +361,7 @@ impl LinuxBackend {
         })
     }
 
-    /// Gives a thread its CPU timer. A thread found `running` (on a CPU or
-    /// ready for one) is also sampled now, rather than a scheduler tick
-    /// after its timer's first expiry.
-    fn start_timer(&mut self, tid: u64, running: bool) {
+    fn start_timer(&mut self, tid: u64) {
         let Some(interval) = self.timer_interval_ns else { return };
         let signal = self.signal;
         let Some(t) = self.threads.get_mut(&tid) else { return };
@@ -378,16 +369,7 @@ impl LinuxBackend {
             return;
         }
         let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
-        let first = if running { FirstSample::Sent } else { FirstSample::FromTimer };
-        t.timer = CpuTimer::start(tid, signal, value, interval, first).ok();
-        let slot = t.slot.and_then(signal::slot);
-        if let Some(slot) = slot.filter(|s| running && t.timer.is_some() && s.begin_send(monotonic_ns())) {
-            // A failure (the thread left, or the queue is full) costs that
-            // thread its first sample, nothing else.
-            if signal::send(tid, value | signal::FIRST_SAMPLE).is_err() {
-                slot.cancel_send();
-            }
-        }
+        t.timer = CpuTimer::start(tid, signal, value, interval).ok();
     }
 
     /// Starts following a thread the listing found: its name, whether it
@@ -401,9 +383,7 @@ impl LinuxBackend {
             procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY)
         };
         let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
-        let check =
-            if self.finishing { SignalCheck { must_not_signal: true, running: false } } else { self.check_signal(tid) };
-        let blocks = check.must_not_signal;
+        let blocks = self.finishing || self.must_not_signal(tid);
         // After `finish`, threads are only named, not sampled.
         let slot = if self.finishing { None } else { signal::acquire(tid) };
         if let Some(s) = slot.and_then(signal::slot) {
@@ -421,7 +401,7 @@ impl LinuxBackend {
         t.checked(blocks, now);
         self.checks.push(t.mask_due_ns, tid);
         self.threads.insert(tid, t);
-        self.start_timer(tid, check.running);
+        self.start_timer(tid);
         let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
         entry.is_main = tid == self.pid;
         entry
@@ -440,13 +420,6 @@ impl LinuxBackend {
     /// Whether a thread must not be signalled: it blocks the signal, or
     /// waits for signals where its mask cannot be read.
     fn must_not_signal(&mut self, tid: u64) -> bool {
-        self.check_signal(tid).must_not_signal
-    }
-
-    /// [`must_not_signal`](Self::must_not_signal), and whether the thread
-    /// was running (on a CPU or ready for one) throughout the check.
-    fn check_signal(&mut self, tid: u64) -> SignalCheck {
-        const NO: SignalCheck = SignalCheck { must_not_signal: true, running: false };
         // While a thread is inside sigtimedwait its mask reads as if the
         // signals it waits for were not blocked, until it has left: also
         // while it is runnable again but has not run yet, which on a loaded
@@ -458,25 +431,23 @@ impl LinuxBackend {
         // read blocks the signal and the thread did not go to sleep in
         // between (its count of voluntary sleeps did not move).
         if is_signal_waiter(tid) {
-            return NO;
+            return true;
         }
-        let Some(before) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return NO };
+        let Some(before) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return true };
         if before.blocks {
-            return NO;
+            return true;
         }
-        let state = match procfs::syscall_state(tid, &mut self.buf) {
+        match procfs::syscall_state(tid, &mut self.buf) {
             Some(procfs::SyscallState::WaitsForSignals) => {
                 note_signal_waiter(tid);
-                return NO;
+                return true;
             }
-            None => return NO,
-            Some(state) => state,
-        };
-        let Some(after) = procfs::signal_state(tid, self.signal, &mut self.buf) else { return NO };
-        let slept = after.voluntary_switches != before.voluntary_switches;
-        SignalCheck {
-            must_not_signal: after.blocks || slept,
-            running: state == procfs::SyscallState::Running && !slept,
+            None => return true,
+            Some(_) => {}
+        }
+        match procfs::signal_state(tid, self.signal, &mut self.buf) {
+            Some(after) => after.blocks || after.voluntary_switches != before.voluntary_switches,
+            None => true,
         }
     }
 
@@ -797,7 +768,7 @@ impl Backend for LinuxBackend {
                 }
             }
             if !blocks {
-                self.start_timer(tid, false);
+                self.start_timer(tid);
             }
         }
         self.to_check = to_check;
@@ -925,7 +896,7 @@ impl Backend for LinuxBackend {
         signal::set_wake_threshold((self.pool.len() / 2) as u32);
         let tids: Vec<u64> = self.threads.keys().copied().collect();
         for tid in tids {
-            self.start_timer(tid, false);
+            self.start_timer(tid);
         }
     }
 

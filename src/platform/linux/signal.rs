@@ -62,8 +62,8 @@ pub struct ThreadSlot {
     gen: AtomicU32,
     /// Captures are wanted (cleared at stop).
     active: AtomicBool,
-    /// A signal sent by hand (a wall-mode or requested sample, or a CPU
-    /// timer's first sample) is on its way.
+    /// A signal sent by hand (a wall-mode or requested sample) is on its
+    /// way.
     pending: AtomicBool,
     /// Validated stack bounds: `[lo, hi)` is the thread's own stack, `hi`
     /// its control block (`tcb`). Zero while unknown.
@@ -392,10 +392,6 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     if !ours {
         return;
     }
-    // A timer's first sample sent by hand counts as the timer's, not as a
-    // request.
-    let as_timer = code == libc::SI_TIMER || value & FIRST_SAMPLE != 0;
-    let value = value & !FIRST_SAMPLE;
     let (index, gen) = ((value >> 32) as u32, value as u32);
     let Some(slot) = slot(index) else { return };
     if slot.gen.load(Ordering::Acquire) != gen {
@@ -451,7 +447,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         }
     }
     drop(window);
-    d.sent_ns = if as_timer { 0 } else { sent_ns };
+    d.sent_ns = if code == libc::SI_QUEUE { sent_ns } else { 0 };
     d.exit_ns = monotonic_ns();
     let waiting = pool.push_done(at);
     if waiting == WAKE_AT.load(Ordering::Relaxed) {
@@ -711,10 +707,6 @@ pub fn thread_alive(pid: u64, tid: u64) -> bool {
     // SAFETY: signal 0 only checks that the thread exists.
     unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::pid_t, tid as libc::pid_t, 0) == 0 }
 }
-
-/// Marks a slot's value ([`ThreadSlot::value`]) sent with [`send`] as the
-/// first sample of the thread's CPU timer (see `timers::FirstSample`).
-pub const FIRST_SAMPLE: u64 = 1 << 63;
 
 /// Sends the sampling signal to thread `tid` with `value`. Returns the
 /// errno on failure (ESRCH: the thread is gone; EAGAIN: queue limit).

@@ -12,13 +12,6 @@
 //! half an interval short, on every thread, at every start), and a thread
 //! busy from `start()` on is sampled after half an interval on average.
 //!
-//! The kernel looks at CPU timers only at its scheduler tick (4 ms at
-//! HZ=250), so a timer's first sample comes a tick late on average. A
-//! thread already running when its timer is made is therefore sampled at
-//! once by hand ([`FirstSample::Sent`]), and its timer first expires in
-//! (interval, 2 × interval]: that sample stands for the first interval, and
-//! the count over C of CPU time stays C ÷ interval on average.
-//!
 //! Timers belong to the process and outlive their thread; the backend
 //! deletes each when its thread leaves, and all of them at `stop()`, before
 //! the slots they signal are released. A forked child inherits none.
@@ -47,16 +40,6 @@ pub fn thread_cpu_clock(tid: u64) -> clockid_t {
     (!(tid as clockid_t) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
 }
 
-/// Whether a thread's first sample was sent by hand as its timer was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FirstSample {
-    /// The timer's first expiry is the first sample: in (0, interval].
-    FromTimer,
-    /// A sample was sent now: the timer's first expiry is one interval
-    /// later, in (interval, 2 × interval].
-    Sent,
-}
-
 /// A timer on a thread's CPU clock.
 #[derive(Debug)]
 pub struct CpuTimer(timer_t);
@@ -67,7 +50,7 @@ unsafe impl Send for CpuTimer {}
 impl CpuTimer {
     /// Creates a timer for thread `tid` that sends `signal` with `value`
     /// every `interval_ns` of the thread's CPU time. Returns the errno.
-    pub fn start(tid: u64, signal: i32, value: u64, interval_ns: u64, first: FirstSample) -> Result<CpuTimer, i32> {
+    pub fn start(tid: u64, signal: i32, value: u64, interval_ns: u64) -> Result<CpuTimer, i32> {
         let mut ev = SigEvent { value, signo: signal, notify: SIGEV_THREAD_ID, tid: tid as c_int, _pad: [0; 11] };
         let mut id: timer_t = std::ptr::null_mut();
         // SAFETY: `ev` is a complete sigevent as the kernel reads it, and
@@ -83,15 +66,10 @@ impl CpuTimer {
             tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (interval_ns % 1_000_000_000) as _,
         };
-        let mut first_ns = first_expiry_ns(interval_ns, random_u64(tid));
-        if first == FirstSample::Sent {
-            first_ns = first_ns.saturating_add(interval_ns);
-        }
-        let first_ns = libc::timespec {
-            tv_sec: (first_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (first_ns % 1_000_000_000) as _,
-        };
-        let spec = libc::itimerspec { it_interval: period, it_value: first_ns };
+        let first = first_expiry_ns(interval_ns, random_u64(tid));
+        let first =
+            libc::timespec { tv_sec: (first / 1_000_000_000) as libc::time_t, tv_nsec: (first % 1_000_000_000) as _ };
+        let spec = libc::itimerspec { it_interval: period, it_value: first };
         // SAFETY: `id` was just created; `spec` is valid.
         if unsafe { libc::timer_settime(timer.0, 0, &spec, std::ptr::null_mut()) } != 0 {
             return Err(errno());
@@ -147,25 +125,23 @@ mod tests {
     }
 
     #[test]
-    fn a_timer_first_expires_within_one_interval_or_the_next_after_a_sent_sample() {
+    fn a_timer_first_expires_within_one_interval() {
         let tid = crate::sampler::thread_id::current();
         let sig = libc::SIGRTMIN() + 2;
         // Ten seconds of CPU: never reached before the timer goes.
         let interval = 10_000_000_000;
-        for (first, lo) in [(FirstSample::FromTimer, 0), (FirstSample::Sent, interval)] {
-            let mut values = Vec::new();
-            for _ in 0..20 {
-                let timer = CpuTimer::start(tid, sig, 0, interval, first).unwrap();
-                // SAFETY: itimerspec is plain integers, valid when zeroed.
-                let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
-                // SAFETY: `timer.0` is a live timer; `cur` a valid out-pointer.
-                assert_eq!(unsafe { libc::timer_gettime(timer.0, &mut cur) }, 0);
-                values.push(cur.it_value.tv_sec as u64 * 1_000_000_000 + cur.it_value.tv_nsec as u64);
-                assert_eq!(cur.it_interval.tv_sec as u64 * 1_000_000_000 + cur.it_interval.tv_nsec as u64, interval);
-            }
-            assert!(values.iter().all(|&v| v > lo && v <= lo + interval), "{first:?}: {values:?}");
-            assert!(values.iter().any(|&v| v < lo + interval * 9 / 10), "{first:?}: {values:?}");
+        let mut values = Vec::new();
+        for _ in 0..20 {
+            let timer = CpuTimer::start(tid, sig, 0, interval).unwrap();
+            // SAFETY: itimerspec is plain integers, valid when zeroed.
+            let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+            // SAFETY: `timer.0` is a live timer; `cur` a valid out-pointer.
+            assert_eq!(unsafe { libc::timer_gettime(timer.0, &mut cur) }, 0);
+            values.push(cur.it_value.tv_sec as u64 * 1_000_000_000 + cur.it_value.tv_nsec as u64);
+            assert_eq!(cur.it_interval.tv_sec as u64 * 1_000_000_000 + cur.it_interval.tv_nsec as u64, interval);
         }
+        assert!(values.iter().all(|&v| v > 0 && v <= interval), "{values:?}");
+        assert!(values.iter().any(|&v| v < interval * 9 / 10), "{values:?}");
     }
 
     #[test]
@@ -209,7 +185,7 @@ mod tests {
             }
         });
         let tid = tid_rx.recv().unwrap();
-        let timer = CpuTimer::start(tid, sig, 7, 1_000_000, FirstSample::FromTimer).unwrap();
+        let timer = CpuTimer::start(tid, sig, 7, 1_000_000).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(30));
         assert_eq!(SIGNALS.load(Ordering::Relaxed), 0, "an idle thread is never interrupted");
         go_tx.send(()).unwrap();
@@ -223,6 +199,6 @@ mod tests {
         assert!(signals > 0 && signals <= intervals);
         // SAFETY: restores the previous disposition.
         unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
-        assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000, FirstSample::FromTimer).is_err(), "no such thread");
+        assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000).is_err(), "no such thread");
     }
 }

@@ -496,6 +496,8 @@ pub fn run<B: Backend>(
     let _own = OwnThread::mark();
     let own_tid = backend.current_tid();
     // The addon's own threads are not the program's (see `own_threads`).
+    // The loop's own id is the backend's, which a simulated backend may
+    // number differently from the OS.
     let profiled = |e: &ThreadEntry| e.tid != own_tid && !own_threads::contains(e.tid);
     let idle_threshold = backend.idle_cpu_threshold_ns();
     let Hooks { rewrite, mut on_tick, observer } = hooks;

@@ -365,7 +365,7 @@ impl LinuxBackend {
         let Some(interval) = self.timer_interval_ns else { return };
         let signal = self.signal;
         let Some(t) = self.threads.get_mut(&tid) else { return };
-        if t.blocks_signal || t.timer.is_some() || own_threads::contains(tid) {
+        if t.blocks_signal || t.timer.is_some() {
             return;
         }
         let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
@@ -383,9 +383,11 @@ impl LinuxBackend {
             procfs::thread_name(tid, &mut self.buf).unwrap_or(ThreadName::EMPTY)
         };
         let cpu_before = clock_ns(timers::thread_cpu_clock(tid));
-        let blocks = self.finishing || self.must_not_signal(tid);
-        // After `finish`, threads are only named, not sampled.
-        let slot = if self.finishing { None } else { signal::acquire(tid) };
+        // After `finish`, threads are only named, not sampled; the addon's
+        // own threads are never sampled (no slot, so no signal or timer).
+        let sampled = !self.finishing && !own_threads::contains(tid);
+        let blocks = !sampled || self.must_not_signal(tid);
+        let slot = if sampled { signal::acquire(tid) } else { None };
         if let Some(s) = slot.and_then(signal::slot) {
             s.set_active(true);
         }

@@ -9,6 +9,18 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n=== %s\n' "$*"; }
 OS=$(uname -s)
+# MACHSAMPLER_TEST_LOW_DISK=1 (set by .ci/run): build without incremental
+# caches and delete each stage's build once nothing later reads it. A full
+# run then peaks near 5 GB of target/ instead of near 10 GB; later runs
+# rebuild those stages from scratch.
+LOW_DISK=${MACHSAMPLER_TEST_LOW_DISK:-0}
+if [ "$LOW_DISK" = 1 ]; then export CARGO_INCREMENTAL=0; fi
+prune() {
+  if [ "$LOW_DISK" = 1 ]; then
+    rm -rf "$@"
+    echo "(low disk: removed $*; $(df -h . | awk 'NR==2 { print $4 }') free)"
+  fi
+}
 # SUDO, cross_rust_setup, cross_clippy, CROSS_RUST_ENV.
 # shellcheck source=scripts/rust-cross-env.sh
 . scripts/rust-cross-env.sh
@@ -72,6 +84,7 @@ for triple in x86_64-apple-darwin aarch64-apple-darwin; do
   log "macOS clippy: $triple"
   CARGO_TARGET_DIR=target/apple cross_clippy "$triple" --all-targets
 done
+prune target/apple
 
 # The Linux architectures this machine is not (both, on a Mac).
 host_triple=$(rustc -vV | sed -n 's/^host: //p')
@@ -81,6 +94,7 @@ for triple in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
   CARGO_TARGET_DIR=target/cross env "${CROSS_RUST_ENV[@]}" \
     cargo check -Zbuild-std=std,panic_abort --target "$triple" --all-targets
 done
+prune target/cross
 
 log "napi build: release"
 npm run build
@@ -96,6 +110,7 @@ log "macOS addons (zig)"
 # On a Mac this replaces the host build from `npm run build` with the zig
 # build: the file that is shipped.
 bash scripts/build-darwin.sh
+prune target/darwin
 
 # The package test packs this platform's release addon; the jest suites
 # run the testing build made next.

@@ -156,6 +156,15 @@ export declare function getNativeUnwinding(): boolean
 export declare function isRunning(): boolean
 
 /**
+ * Learns how V8 lays out interpreted frames from the calling thread's own
+ * stack, so that sampling reads their positions from the frames rather
+ * than asking V8 in every handler. For `start()`'s JavaScript side, which
+ * calls it from the bottom of a recursion of interpreted frames; returns
+ * whether the layout is known. Never throws.
+ */
+export declare function learnJsFrameLayout(): boolean
+
+/**
  * Reads a `.machprof` file back into a {@link Profile}, symbols included
  * if it was saved symbolicated.
  *

@@ -845,6 +845,7 @@ module.exports.formatFromPath = nativeBinding.formatFromPath
 module.exports.formats = nativeBinding.formats
 module.exports.getNativeUnwinding = nativeBinding.getNativeUnwinding
 module.exports.isRunning = nativeBinding.isRunning
+module.exports.learnJsFrameLayout = nativeBinding.learnJsFrameLayout
 module.exports.loadProfile = nativeBinding.loadProfile
 module.exports.parseFormatName = nativeBinding.parseFormatName
 module.exports.processProfileFile = nativeBinding.processProfileFile

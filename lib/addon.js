@@ -7,6 +7,8 @@
 // The platforms with a platform package, as `<platform>-<arch>[-<libc>]`.
 // `npm test` builds the darwin addons and runs only linux-x64-gnu's; the
 // README's Platforms table says which have run where.
+const { learnFrameLayout } = require('./frame-layout.js')
+
 const BUILT = ['linux-x64-gnu', 'linux-arm64-gnu', 'darwin-x64', 'darwin-arm64']
 
 function platformKey() {
@@ -89,6 +91,15 @@ const PUBLIC = {
 
 const api = {}
 for (const [name, max] of Object.entries(PUBLIC)) api[name] = arity(name, binding[name], max)
+api.start = arity(
+  'start',
+  function start(options) {
+    const r = binding.start(options)
+    learnFrameLayout(binding, options)
+    return r
+  },
+  PUBLIC.start,
+)
 
 // process.execve() replaces the process image: stop sampling first, so no
 // sampling signal is left pending for the new program (whose default

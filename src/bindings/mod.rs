@@ -249,6 +249,16 @@ pub fn start(env: &Env, options: Unknown) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Learns how V8 lays out interpreted frames from the calling thread's own
+/// stack, so that sampling reads their positions from the frames rather
+/// than asking V8 in every handler. For `start()`'s JavaScript side, which
+/// calls it from the bottom of a recursion of interpreted frames; returns
+/// whether the layout is known. Never throws.
+#[napi(js_name = "learnJsFrameLayout")]
+pub fn learn_js_frame_layout() -> bool {
+    crate::v8::frames::learn_layout_from_own_stack().is_some()
+}
+
 /// Options for {@link start}. Every field is optional.
 // Only its type is used (for index.d.ts): `start` validates by hand.
 #[allow(dead_code)]

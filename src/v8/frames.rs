@@ -231,6 +231,105 @@ fn native_class(builtins: &Builtins, ranges: &V8Ranges, addr: u64) -> AddrClass 
     }
 }
 
+/// Interpreted frames an own-stack lesson wants above the caller: more than
+/// [`slots::CONFIRMATIONS`], with room for frames V8 tiers up meanwhile.
+pub const OWN_STACK_FRAMES: usize = 200;
+
+/// Bytes of the calling thread's stack an own-stack lesson reads, at most.
+const OWN_STACK_BYTES: u64 = 1 << 20;
+
+/// Learns the interpreted-frame layout (see [`slots`]) from the calling
+/// thread's own stack, at once, instead of from samples: JS calls this from
+/// the bottom of a fresh recursion of interpreted frames (`start()` does,
+/// see `lib/frame-layout.js`). V8's own answer for this thread (`sample_js` from
+/// inside this native call, as Node's diagnostic report samples itself)
+/// gives the bytecode positions; the words below the frame pointer of each
+/// interpreted frame on the stack are matched against them, as the
+/// sampler does per sample. A program whose hot code is already optimized
+/// when sampling starts shows few interpreted frames, so learning from
+/// samples could take the whole session, with V8's stack walk in every
+/// handler meanwhile.
+///
+/// Never called from a signal handler. Reads only the calling thread's
+/// stack between its stack pointer and the top of its stack; a word is
+/// taken as a frame record only if it points further up that range.
+/// Returns the layout, learned now or before; `None` if it is still
+/// unknown (the thread is not registered, V8 reported no interpreted
+/// frame, or too few frames agreed).
+pub fn learn_layout_from_own_stack() -> Option<slots::Layout> {
+    if slots::learned().is_some() || slots::failed() {
+        return slots::learned();
+    }
+    let tid = crate::sampler::thread_id::current();
+    let ranges = RANGES.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?.get(&tid).copied()?;
+    let local = 0u64;
+    let here = std::hint::black_box(&local) as *const u64 as u64;
+    let top = own_stack_top()?.min(here.saturating_add(OWN_STACK_BYTES));
+    if top <= here {
+        return None;
+    }
+    let mut runtime = [0u64; 256];
+    let sample =
+        super::sample_js(&crate::sampler::walker::Registers { pc: 0, sp: here, fp: here, lr: 0 }, &mut runtime);
+    let modules = RangeSet::new(crate::platform::loaded_modules().iter().map(|m| m.start..m.end).collect());
+    let heap = |b: u64| !in_builtins(&ranges, b) && !ranges.code.contains(b) && !modules.contains(b);
+    let reported: Vec<u64> = runtime[..sample.count.min(runtime.len())].iter().copied().filter(|&a| heap(a)).collect();
+    if reported.is_empty() {
+        return None;
+    }
+    let n = ((top - here) / 8) as usize;
+    // SAFETY: `[here, top)` runs from a local of this frame up the calling
+    // thread's own stack, at most to its top: stack in use, mapped, and
+    // written only by this thread, which is running this code.
+    let stack: Vec<u64> = unsafe { std::slice::from_raw_parts(here as *const u64, n) }.to_vec();
+    let at =
+        |a: u64| a.checked_sub(here).filter(|d| d.is_multiple_of(8)).and_then(|d| stack.get((d / 8) as usize).copied());
+    let mut interpreted = Vec::new();
+    for i in 1..stack.len() {
+        // A return address into V8's builtins, in its callee's frame
+        // record: the word below it is the caller's frame pointer. Most
+        // are the interpreter's (the recursion); the few others (entry
+        // and API-call frames) can only fail to match, and telling them
+        // apart would need the builtins' names, which the code map has
+        // only after draining every code event so far (milliseconds).
+        if !in_builtins(&ranges, stack[i]) {
+            continue;
+        }
+        let record = here + 8 * (i as u64 - 1);
+        let fp = stack[i - 1];
+        if fp <= record || fp >= top || !fp.is_multiple_of(8) {
+            continue;
+        }
+        interpreted.push(slots::OFFSETS.map(|off| fp.checked_sub(off).and_then(at).unwrap_or(0)));
+    }
+    slots::Learner::new().observe(&interpreted, &reported, &heap)
+}
+
+/// The top (highest address) of the calling thread's stack.
+#[cfg(target_os = "linux")]
+fn own_stack_top() -> Option<u64> {
+    // SAFETY: `attr` is initialized by pthread_getattr_np before it is
+    // read, and destroyed after; the out-pointers are valid locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        (rc == 0 && !addr.is_null()).then(|| addr as u64 + size as u64)
+    }
+}
+
+/// Elsewhere the layout is learned from samples only: this way has run on
+/// Linux alone so far.
+#[cfg(not(target_os = "linux"))]
+fn own_stack_top() -> Option<u64> {
+    None
+}
+
 impl StackRewrite for V8JsFrames {
     fn rewrite(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
         self.refresh();

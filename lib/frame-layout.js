@@ -1,0 +1,33 @@
+'use strict'
+// After start(): V8's layout of interpreted frames learned from this
+// thread's own stack (src/v8/frames.rs, learn_layout_from_own_stack), so
+// the signal handler reads interpreted frames' positions from the frames
+// instead of calling V8's stack walk in every sample until enough
+// interpreted frames have been sampled, which a program whose hot code is
+// already optimized may never provide.
+
+// Frames of one function on the stack, all interpreted (a function runs in
+// V8's interpreter for its first calls): more than the 64 that must agree.
+const DEPTH = 200
+// Tries per process: a function V8 has compiled by now gives no interpreted
+// frames, so trying again is pointless.
+const MAX_TRIES = 3
+let tries = 0
+
+function deep(n, learn) {
+  return n > 0 ? deep(n - 1, learn) : learn()
+}
+
+/** Learns the layout once JS names are on; never throws. */
+function learnFrameLayout(binding, options) {
+  if (tries >= MAX_TRIES || typeof binding.learnJsFrameLayout !== 'function') return
+  if (options != null && typeof options === 'object' && options.jsNames === false) return
+  tries++
+  try {
+    if (deep(DEPTH, binding.learnJsFrameLayout)) tries = MAX_TRIES
+  } catch {
+    // Out of stack in a deeply nested caller: sampling learns it instead.
+  }
+}
+
+module.exports = { learnFrameLayout }

@@ -2,9 +2,8 @@
 // After start(): V8's layout of interpreted frames learned from this
 // thread's own stack (src/v8/frames.rs, learn_layout_from_own_stack), so
 // the signal handler reads interpreted frames' positions from the frames
-// instead of calling V8's stack walk in every sample until enough
-// interpreted frames have been sampled, which a program whose hot code is
-// already optimized may never provide.
+// from the first sample, instead of calling V8's stack walk in every
+// sample until enough interpreted frames have been sampled.
 
 // Frames of one function on the stack, all interpreted (a function runs in
 // V8's interpreter for its first calls): more than the 64 that must agree.

@@ -231,10 +231,6 @@ fn native_class(builtins: &Builtins, ranges: &V8Ranges, addr: u64) -> AddrClass 
     }
 }
 
-/// Interpreted frames an own-stack lesson wants above the caller: more than
-/// [`slots::CONFIRMATIONS`], with room for frames V8 tiers up meanwhile.
-pub const OWN_STACK_FRAMES: usize = 200;
-
 /// Bytes of the calling thread's stack an own-stack lesson reads, at most.
 const OWN_STACK_BYTES: u64 = 1 << 20;
 
@@ -245,10 +241,10 @@ const OWN_STACK_BYTES: u64 = 1 << 20;
 /// inside this native call, as Node's diagnostic report samples itself)
 /// gives the bytecode positions; the words below the frame pointer of each
 /// interpreted frame on the stack are matched against them, as the
-/// sampler does per sample. A program whose hot code is already optimized
-/// when sampling starts shows few interpreted frames, so learning from
-/// samples could take the whole session, with V8's stack walk in every
-/// handler meanwhile.
+/// sampler does per sample. Learning from samples takes their first few
+/// dozen, with V8's stack walk in each handler meanwhile, and on V8 10.8
+/// (which names none of its bytecode handlers) failed in about one run in
+/// eight.
 ///
 /// Never called from a signal handler. Reads only the calling thread's
 /// stack between its stack pointer and the top of its stack; a word is

@@ -20,12 +20,14 @@ function deep(n, learn) {
 /** Learns the layout once JS names are on; never throws. */
 function learnFrameLayout(binding, options) {
   if (tries >= MAX_TRIES || typeof binding.learnJsFrameLayout !== 'function') return
-  if (options != null && typeof options === 'object' && options.jsNames === false) return
-  tries++
   try {
+    // A getter may answer differently from when start() read it.
+    if (options != null && typeof options === 'object' && options.jsNames === false) return
+    tries++
     if (deep(DEPTH, binding.learnJsFrameLayout)) tries = MAX_TRIES
   } catch {
-    // Out of stack in a deeply nested caller: sampling learns it instead.
+    // Out of stack in a deeply nested caller, or a throwing getter:
+    // sampling learns the layout instead.
   }
 }
 

@@ -21,7 +21,7 @@ use super::events::{code_map, V8Ranges};
 use super::merge::{is_interpreter_name, AddrClass, Merged, Merger};
 use super::slots;
 use crate::sampler::backend::{CapturedStack, StackRewrite};
-use crate::sampler::unwind::{RangeSet, StackEnd};
+use crate::sampler::unwind::{RangeSet, StackCopy, StackEnd};
 use crate::sampler::walker::WalkEnd;
 
 /// Ranges recorded when each JS thread registered, by tid. Read at harvest
@@ -278,26 +278,23 @@ pub fn learn_layout_from_own_stack() -> Option<slots::Layout> {
     // thread's own stack, at most to its top: stack in use, mapped, and
     // written only by this thread, which is running this code.
     let stack: Vec<u64> = unsafe { std::slice::from_raw_parts(here as *const u64, n) }.to_vec();
-    let at =
-        |a: u64| a.checked_sub(here).filter(|d| d.is_multiple_of(8)).and_then(|d| stack.get((d / 8) as usize).copied());
+    let copy = StackCopy::whole(here, &stack);
+    // A return address into V8's builtins, in its callee's frame record:
+    // the word below it is the caller's frame pointer. Most are the
+    // interpreter's (the recursion); the few others (entry and API-call
+    // frames) can only fail to match, and telling them apart would need
+    // the builtins' names, which the code map has only after draining
+    // every code event so far (milliseconds).
+    let fps: Vec<u64> = (1..stack.len())
+        .filter(|&i| in_builtins(&ranges, stack[i]))
+        .filter_map(|i| {
+            let record = here + 8 * (i as u64 - 1);
+            let fp = stack[i - 1];
+            (fp > record && fp < top && fp.is_multiple_of(8)).then_some(fp)
+        })
+        .collect();
     let mut interpreted = Vec::new();
-    for i in 1..stack.len() {
-        // A return address into V8's builtins, in its callee's frame
-        // record: the word below it is the caller's frame pointer. Most
-        // are the interpreter's (the recursion); the few others (entry
-        // and API-call frames) can only fail to match, and telling them
-        // apart would need the builtins' names, which the code map has
-        // only after draining every code event so far (milliseconds).
-        if !in_builtins(&ranges, stack[i]) {
-            continue;
-        }
-        let record = here + 8 * (i as u64 - 1);
-        let fp = stack[i - 1];
-        if fp <= record || fp >= top || !fp.is_multiple_of(8) {
-            continue;
-        }
-        interpreted.push(slots::OFFSETS.map(|off| fp.checked_sub(off).and_then(at).unwrap_or(0)));
-    }
+    slots::words_below(&fps, |a| copy.read(a), &mut interpreted);
     slots::Learner::new().observe(&interpreted, &reported, &heap)
 }
 

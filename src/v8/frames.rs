@@ -12,6 +12,7 @@
 //! the per-sample work takes no lock and looks nothing up in the code map
 //! (which was a third of the sampler thread's time at 1 kHz).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -83,11 +84,24 @@ enum BuiltinKind {
 }
 
 /// The named builtins of the embedded blob, by start address (binary's
-/// copy), from the code map.
+/// copy), from the code map. Kept as offsets from the first one, in
+/// columns: each frame of each sample searches `starts`, and 4-byte entries
+/// keep that search within a few cache lines.
 #[derive(Default)]
 struct Builtins {
-    spans: Vec<(u64, u64, BuiltinKind)>,
+    base: u64,
+    starts: Vec<u32>,
+    ends: Vec<u32>,
+    kinds: Vec<BuiltinKind>,
+    /// Recent answers of `kind`, direct-mapped by address (samples repeat
+    /// their frames): (address, kind or None).
+    memo: Box<[Cell<KindMemo>]>,
 }
+
+/// An address and its builtin's kind (None: no named builtin there).
+type KindMemo = (u64, Option<BuiltinKind>);
+
+const KIND_MEMO_LOG2: u32 = 9;
 
 impl Builtins {
     /// From the code map, where V8 reported them at either copy (the
@@ -118,16 +132,50 @@ impl Builtins {
             .collect();
         spans.sort_unstable_by_key(|&(s, _, _)| s);
         spans.dedup_by_key(|&mut (s, _, _)| s);
-        Builtins { spans }
+        Builtins::from_spans(&spans)
+    }
+
+    /// From (start, end, kind), sorted by start, without duplicates. A span
+    /// more than 4 GiB after the first (none: the blob is a few MiB) is left
+    /// unnamed.
+    fn from_spans(spans: &[(u64, u64, BuiltinKind)]) -> Builtins {
+        let base = spans.first().map_or(0, |s| s.0);
+        let memo = (0..1 << KIND_MEMO_LOG2).map(|_| Cell::new((u64::MAX, None))).collect();
+        let mut b = Builtins { base, memo, ..Builtins::default() };
+        for &(start, end, kind) in spans {
+            let (Ok(s), Ok(e)) = (u32::try_from(start - base), u32::try_from(end.saturating_sub(base))) else { break };
+            b.starts.push(s);
+            b.ends.push(e);
+            b.kinds.push(kind);
+        }
+        b
+    }
+
+    fn is_empty(&self) -> bool {
+        self.starts.is_empty()
     }
 
     /// The kind of the builtin at `addr` (binary's copy); None for an
     /// address no named builtin covers. V8 10.8 (Node 19) names neither
     /// the bytecode handlers nor the `*_Baseline` builtins.
     fn kind(&self, addr: u64) -> Option<BuiltinKind> {
-        let i = self.spans.partition_point(|&(s, _, _)| s <= addr);
-        let &(_, end, kind) = self.spans.get(i.checked_sub(1)?)?;
-        (addr < end).then_some(kind)
+        let slot = self.memo.get((addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - KIND_MEMO_LOG2)) as usize);
+        if let Some((a, kind)) = slot.map(Cell::get) {
+            if a == addr {
+                return kind;
+            }
+        }
+        let kind = self.search(addr);
+        if let Some(slot) = slot {
+            slot.set((addr, kind));
+        }
+        kind
+    }
+
+    fn search(&self, addr: u64) -> Option<BuiltinKind> {
+        let off = u32::try_from(addr.checked_sub(self.base)?).ok()?;
+        let i = self.starts.partition_point(|&s| s <= off).checked_sub(1)?;
+        (off < self.ends[i]).then_some(self.kinds[i])
     }
 }
 
@@ -329,7 +377,7 @@ impl StackRewrite for V8JsFrames {
         let ranges = self.ranges.get(&c.tid).copied().unwrap_or_default();
         // The builtins are reported when the first isolate's handler is
         // installed (before sampling starts): read their names once.
-        if self.builtins.spans.is_empty() && ranges.embedded.len > 0 {
+        if self.builtins.is_empty() && ranges.embedded.len > 0 {
             self.builtins = Builtins::load(&ranges);
         }
         let builtins = &self.builtins;
@@ -454,14 +502,19 @@ mod tests {
             embedded_alias: CodeRange::default(),
             code: CodeRange { start: 0x50_0000, len: 0x10_0000 },
         };
-        let builtins = Builtins {
-            spans: vec![
-                (0x10_0000, 0x10_0100, BuiltinKind::Interpreter),
-                (0x10_0100, 0x10_0200, BuiltinKind::Other),
-                (0x10_0300, 0x10_0400, BuiltinKind::FramelessForBaseline),
-            ],
-        };
+        let builtins = Builtins::from_spans(&[
+            (0x10_0000, 0x10_0100, BuiltinKind::Interpreter),
+            (0x10_0100, 0x10_0200, BuiltinKind::Other),
+            (0x10_0300, 0x10_0400, BuiltinKind::FramelessForBaseline),
+        ]);
         let class = |a| native_class(&builtins, &ranges, a);
+        // Twice: the second answers come from the memo.
+        for _ in 0..2 {
+            check_classes(&builtins, class);
+        }
+    }
+
+    fn check_classes(builtins: &Builtins, class: impl Fn(u64) -> AddrClass) {
         assert_eq!(class(0x10_0010), AddrClass::InterpreterSlot);
         assert_eq!(class(0x10_0110), AddrClass::Other);
         // An unnamed builtin (V8 10.8's bytecode handlers).
@@ -470,5 +523,9 @@ mod tests {
         assert_eq!(class(0x7f00_0000), AddrClass::Other);
         assert_eq!(builtins.kind(0x10_0350), Some(BuiltinKind::FramelessForBaseline));
         assert_eq!(builtins.kind(0x10_0250), None);
+        assert_eq!(builtins.kind(0x0f_ffff), None, "below the first");
+        assert_eq!(builtins.kind(0x10_0400), None, "past the last");
+        assert_eq!(builtins.kind(u64::MAX), None);
+        assert!(Builtins::from_spans(&[]).is_empty() && Builtins::default().kind(0).is_none());
     }
 }

@@ -180,7 +180,11 @@ impl RangeSet {
 #[derive(Default)]
 pub struct CodeMap {
     /// Sorted by `text.start`.
-    pub(crate) modules: Vec<ModuleEntry>,
+    modules: Vec<ModuleEntry>,
+    /// `modules[i].text`, by the same index: lookups, one per frame, search
+    /// these 16-byte entries instead of the modules' larger ones (fewer
+    /// cache lines touched).
+    texts: Vec<Range<u64>>,
     /// Executable memory outside any module (JIT code).
     pub(crate) jit: RangeSet,
     /// Code with no unwind information that keeps frame pointers.
@@ -189,14 +193,30 @@ pub struct CodeMap {
 
 impl CodeMap {
     pub(crate) fn module(&self, addr: u64) -> Option<&ModuleEntry> {
-        let i = self.modules.partition_point(|m| m.text.end <= addr);
-        self.modules.get(i).filter(|m| m.text.start <= addr)
+        self.module_index(addr).and_then(|i| self.modules.get(i))
+    }
+
+    /// The index of the module holding `addr`, for [`CodeMap::module_at`].
+    pub(crate) fn module_index(&self, addr: u64) -> Option<usize> {
+        let i = self.texts.partition_point(|t| t.end <= addr);
+        self.texts.get(i).filter(|t| t.start <= addr).map(|_| i)
+    }
+
+    pub(crate) fn module_at(&self, index: usize) -> Option<&ModuleEntry> {
+        self.modules.get(index)
     }
 
     /// The first module whose text overlaps `range`.
     pub(crate) fn module_in(&self, range: Range<u64>) -> Option<&ModuleEntry> {
-        let i = self.modules.partition_point(|m| m.text.end <= range.start);
-        self.modules.get(i).filter(|m| m.text.start < range.end)
+        let i = self.texts.partition_point(|t| t.end <= range.start);
+        self.texts.get(i).filter(|t| t.start < range.end).and_then(|_| self.modules.get(i))
+    }
+
+    /// Adds a module in text order.
+    pub(crate) fn insert_module(&mut self, entry: ModuleEntry) {
+        let at = self.texts.partition_point(|t| t.start < entry.text.start);
+        self.texts.insert(at, entry.text.clone());
+        self.modules.insert(at, entry);
     }
 
     /// Whether `addr` lies in code: a module's text or JIT code.

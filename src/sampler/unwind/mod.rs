@@ -22,6 +22,7 @@ mod code;
 mod copy;
 mod known_stack;
 pub mod large_frames;
+mod place_memo;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
 pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord};
@@ -33,6 +34,7 @@ use framehop::{CacheNative, Error, FrameAddress, MayAllocateDuringUnwind, Module
 
 use super::walker::Registers;
 use code::ModuleEntry;
+use place_memo::{Place, PlaceMemo};
 
 /// Why a stack's frames ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,6 +91,7 @@ pub struct Unwinder {
     inner: UnwinderNative<ImageBytes, MayAllocateDuringUnwind>,
     cache: CacheNative<MayAllocateDuringUnwind>,
     code: CodeMap,
+    places: PlaceMemo,
     /// arm64: the bits of a code pointer that are address, not signature.
     #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
     address_mask: u64,
@@ -104,7 +107,13 @@ impl Unwinder {
     /// `address_mask` strips pointer-authentication bits from return
     /// addresses (arm64); `u64::MAX` where there are none.
     pub fn new(address_mask: u64) -> Self {
-        Unwinder { inner: UnwinderNative::new(), cache: CacheNative::new(), code: CodeMap::default(), address_mask }
+        Unwinder {
+            inner: UnwinderNative::new(),
+            cache: CacheNative::new(),
+            code: CodeMap::default(),
+            places: PlaceMemo::default(),
+            address_mask,
+        }
     }
 
     /// Adds a module, unless one with the same text start is known.
@@ -114,8 +123,8 @@ impl Unwinder {
         }
         let entry = ModuleEntry::new(&mut m);
         self.inner.add_module(Module::new(m.name, m.text, m.base_avma, m.sections));
-        let at = self.code.modules.partition_point(|e| e.text.start < entry.text.start);
-        self.code.modules.insert(at, entry);
+        self.code.insert_module(entry);
+        self.places.clear();
     }
 
     pub fn has_module_at(&self, addr: u64) -> bool {
@@ -130,6 +139,7 @@ impl Unwinder {
     /// Sets the executable regions outside modules (JIT code).
     pub fn set_jit_regions(&mut self, regions: Vec<Range<u64>>) {
         self.code.jit = RangeSet::new(regions);
+        self.places.clear();
     }
 
     /// Sets the code that keeps frame pointers without unwind information.
@@ -183,7 +193,10 @@ impl Unwinder {
             // framehop would walk its frame pointer too, but through its
             // rule cache, where each distinct JIT address takes a slot and
             // evicts a module's rule, which then costs a DWARF parse again.
-            let module = self.code.module(lookup);
+            let module = match self.places.place(&self.code, lookup) {
+                Place::Module(i) => self.code.module_at(i as usize),
+                _ => None,
+            };
             let mut step = if (first && self.code.keeps_frame_pointers(lookup)) || module.is_none() {
                 arch::frame_pointer_step(&mut state, &mut read)
             } else {
@@ -202,7 +215,7 @@ impl Unwinder {
                     if !first && arch::sp(&state) <= sp_before {
                         return self.failed(lookup, copy, None);
                     }
-                    if !self.code.is_executable(ra.wrapping_sub(1)) {
+                    if !self.places.place(&self.code, ra.wrapping_sub(1)).is_executable() {
                         return StackEnd::NotExecutable;
                     }
                     let Some(next) = FrameAddress::from_return_address(ra) else { return StackEnd::Root };

@@ -24,7 +24,8 @@
 //! events); a Node environment cleanup hook unregisters it before the
 //! isolate is disposed of (also on `worker.terminate()`), as for threads
 //! that load the addon. An isolate without a Node environment is not
-//! registered (nothing would tell us when it dies), and not asked again.
+//! registered (nothing would tell us when it dies); it is asked again a
+//! few times (a new worker's first scripts run before its environment).
 //!
 //! Cost to a new thread: one stop of up to the discovery thread's wake-up
 //! time, once. Why and how it was measured: `docs/design/isolate-discovery.md`.
@@ -54,6 +55,8 @@ const ASKED: usize = 256;
 const ASK_AGAIN_NS: u64 = 1_000_000_000;
 /// Times one isolate is asked before giving up on it.
 const MAX_ASKS: u32 = 8;
+/// How soon an isolate found without a Node environment is asked again.
+const NO_ENVIRONMENT_RETRY_NS: u64 = 5_000_000;
 
 const EMPTY: u32 = 0;
 const FILLING: u32 = 1;
@@ -185,11 +188,14 @@ fn ask_again_soon(isolate: usize) {
     }
 }
 
-/// Gives up on an isolate for good (no Node environment).
-fn never_ask(isolate: usize) {
+/// An isolate that had no Node environment yet (a worker found in the
+/// scripts V8 runs for a new context, before node made its environment):
+/// asked again after [`NO_ENVIRONMENT_RETRY_NS`], within the limit of
+/// [`MAX_ASKS`] asks, so an isolate that never gets one costs little.
+fn ask_again_later(isolate: usize, now: u64) {
     for a in &ASKED_TABLE {
         if a.isolate.load(Ordering::Acquire) == isolate {
-            a.times.store(MAX_ASKS, Ordering::Relaxed);
+            a.at_ns.store((now + NO_ENVIRONMENT_RETRY_NS).saturating_sub(ASK_AGAIN_NS), Ordering::Relaxed);
         }
     }
 }
@@ -341,7 +347,7 @@ fn register_here(isolate: *mut Isolate, data: *mut c_void) {
     // and returns null without an environment.
     if unsafe { event_loop(isolate) }.is_null() {
         NO_ENVIRONMENT.fetch_add(1, Ordering::Relaxed);
-        never_ask(isolate as usize);
+        ask_again_later(isolate as usize, monotonic_ns());
         return;
     }
     let Ok(reg) = super::register_current_thread() else { return };
@@ -402,8 +408,12 @@ pub fn stats() -> DiscoveryStats {
 mod tests {
     use super::*;
 
+    /// The asked table is shared: its tests take turns.
+    static TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn an_isolate_is_asked_once_a_second_eight_times_at_most() {
+        let _turn = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         let iso = 0x7fee_0000_1000usize;
         assert!(should_ask(iso, 10));
         assert!(!should_ask(iso, 10 + ASK_AGAIN_NS - 1));
@@ -416,8 +426,24 @@ mod tests {
         assert!(!should_ask(iso, 10 + 99 * ASK_AGAIN_NS), "given up after {MAX_ASKS}");
         forget_asked(iso);
         assert!(should_ask(iso, 10 + 99 * ASK_AGAIN_NS), "a new isolate at the same address");
-        never_ask(iso);
-        assert!(!should_ask(iso, u64::MAX / 2));
+        forget_asked(iso);
+    }
+
+    #[test]
+    fn an_isolate_without_environment_is_asked_again_soon_within_the_limit() {
+        let _turn = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let iso = 0x7fee_0000_2000usize;
+        let t0 = 5 * ASK_AGAIN_NS;
+        assert!(should_ask(iso, t0));
+        ask_again_later(iso, t0);
+        assert!(!should_ask(iso, t0 + NO_ENVIRONMENT_RETRY_NS - 1));
+        let mut t = t0 + NO_ENVIRONMENT_RETRY_NS;
+        for _ in 1..MAX_ASKS {
+            assert!(should_ask(iso, t));
+            ask_again_later(iso, t);
+            t += NO_ENVIRONMENT_RETRY_NS;
+        }
+        assert!(!should_ask(iso, t + 99 * ASK_AGAIN_NS), "given up after {MAX_ASKS}");
         forget_asked(iso);
     }
 

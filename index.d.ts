@@ -74,6 +74,8 @@ export interface StallWatcher {
  *   the watcher runs.
  * - A stall in progress when the process exits is handed to `onStall` from `'exit'`. A stall
  *   that never ends (a deadlock) can be written out with `hangAfterMs` and `hangDir`.
+ * - An exception thrown by `onStall` is an uncaught exception of this thread (at exit, it
+ *   is written to stderr instead, so the exit code stays the program's).
  *
  * @throws `EINVAL` for a bad option (the message names the range).
  */

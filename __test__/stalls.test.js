@@ -93,6 +93,19 @@ describe('watchStalls detects a stall once, with its duration and what blocked',
   })
 })
 
+test('an exception thrown by onStall is an uncaught exception, with its message and stack', () => {
+  const script = `
+    const ms = require(${JSON.stringify(path.join(__dirname, '..'))})
+    const w = ms.watchStalls({ thresholdMs: 50, onStall() { throw new Error('thrown by onStall') } })
+    const t = Date.now(); while (Date.now() - t < 200);
+    setTimeout(() => { console.log('not reached'); w.close() }, 300)`
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 30000 })
+  expect(r.status).toBe(1)
+  expect(r.stderr).toContain('Error: thrown by onStall')
+  expect(r.stderr).not.toContain('DEP0168')
+  expect(r.stdout).not.toContain('not reached')
+})
+
 test('close() during a stall: nothing is reported, and a new watcher works after', () => {
   const { lines } = run('closeDuringStall')
   const [r] = lines

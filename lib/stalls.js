@@ -8,9 +8,20 @@ const fs = require('fs')
 const { watchStallsNative } = require('./addon.js')
 
 function watchStalls(options) {
+  const onStall = options !== null && typeof options === 'object' ? options.onStall : undefined
+  // An exception thrown by onStall surfaces as any callback's does (an
+  // uncaught exception, with its stack), not as N-API's warning that drops it.
+  const surfaced = (stall) => {
+    try {
+      onStall(stall)
+    } catch (e) {
+      process.nextTick(() => {
+        throw e
+      })
+    }
+  }
   // The addon checks every option (EINVAL, with the range) before anything starts.
-  const watcher = watchStallsNative(options)
-  const onStall = options.onStall
+  const watcher = watchStallsNative(typeof onStall === 'function' ? { ...options, onStall: surfaced } : options)
   let open = true
   const atExit = () => {
     if (!open) return

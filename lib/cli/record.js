@@ -148,8 +148,15 @@ function parseRecordArgs(argv) {
     }
   }
   const durationS = number(values, 'duration')
-  if (durationS !== undefined && !(durationS > 0 && Number.isFinite(durationS))) {
-    throw new CliError(`--duration must be a positive number of seconds, got '${values.duration}'`, USAGE)
+  if (durationS !== undefined) {
+    // start()'s limits (durationMs: whole milliseconds, 1 to 10^12), in seconds.
+    let ok = durationS > 0 && Number.isFinite(durationS)
+    try {
+      if (ok) addon.checkStartOptions({ durationMs: Math.round(durationS * 1000) })
+    } catch {
+      ok = false
+    }
+    if (!ok) throw new CliError(`--duration must be between 0.001 and 1000000000 seconds, got '${values.duration}'`, USAGE)
   }
   const view = checkView(values.view)
   const format = outputFormat(values.output || 'x.html', values.format)
@@ -349,9 +356,13 @@ function summary(opts, result, session) {
 /** Nothing to draw: one line, no file, and a failing status. */
 function nothingRecorded(opts, result, status) {
   const sum = result.summary
+  // With --duration, the sampled time is what --duration allowed, not how
+  // long the program ran.
+  const ran = opts.durationS !== undefined ? `was sampled for ${text.ms(sum.durationNs)} (--duration)` : `ran ${text.ms(sum.durationNs)}`
+  const fix = opts.durationS !== undefined ? 'try a longer --duration or a smaller --interval' : 'try a smaller --interval'
   const what =
     sum.samples === 0
-      ? `no samples: '${opts.command}' ran ${text.ms(sum.durationNs)}, less than one sampling interval (${text.ms(sum.intervalNs)}); try a smaller --interval`
+      ? `no samples: '${opts.command}' ${ran}, less than one sampling interval (${text.ms(sum.intervalNs)}); ${fix}`
       : `only idle samples (the program waited the whole time); add --idle to draw them`
   return new CliError(`${what}; nothing written to ${opts.output}`, status === 0 ? 1 : status)
 }

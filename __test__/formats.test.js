@@ -350,6 +350,25 @@ describe('JS API for files', () => {
   })
 })
 
+test('an in-process profile has thread roles once symbolicated: report --thread main / worker works', async () => {
+  const { Worker } = require('worker_threads')
+  ms.start({ intervalMs: 1 })
+  const w = new Worker('const end = Date.now() + 300; let x = 0; while (Date.now() < end) x += Math.sqrt(x + 1)', { eval: true })
+  const end = Date.now() + 300
+  let x = 0
+  while (Date.now() < end) x += Math.sqrt(x + 1)
+  await new Promise((r) => w.once('exit', r))
+  const p = ms.stop({ symbolicate: true })
+  const main = p.threads.find((t) => t.isMain)
+  expect(main.role).toBe('main')
+  expect(p.threads.some((t) => /^worker/.test(t.role))).toBe(true)
+  for (const which of ['main', 'worker']) {
+    const r = ms.profileReport(p, { thread: which, top: 1 })
+    expect(r.threads.length).toBeGreaterThan(0)
+    expect(r.threads.every((t) => t.role.startsWith(which))).toBe(true)
+  }
+}, 60000)
+
 describe('withProfiler and profile()', () => {
   function spin(msec) {
     const end = Date.now() + msec

@@ -362,6 +362,7 @@ pub fn stop<'env>(env: &'env Env, options: Unknown<'env>) -> Result<Unknown<'env
         let (s, warnings) = crate::symbols::symbolicate_with_warnings(&data, &options);
         symbols::emit_warnings(env, &warnings);
         data.symbols = Some(s);
+        profile::assign_roles_if_missing(&mut data);
     }
     let profile = JsProfile::from_data(env, &data).map_err(napi_fail)?;
     let profile = profile.into_unknown(env).map_err(napi_fail)?;
@@ -487,6 +488,7 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
                 eprintln!("machsampler: {w}");
             }
             data.symbols = Some(names);
+            profile::assign_roles_if_missing(&mut data);
         }
         match save.write(&data) {
             Ok(()) if announce => eprintln!("machsampler: wrote {}", save.path),

@@ -60,16 +60,23 @@ pub fn classify(profile: &ProfileData, symbols: &Symbols) -> Vec<String> {
     let mut seen_stack = vec![u32::MAX; profile.stack_frame.len()];
     let mut entry: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut path = Vec::new();
+    // Indexes are checked, not trusted: a profile may come from JavaScript
+    // with symbols that do not match it; what does not resolve is skipped.
     for i in 0..profile.sample_count() {
         let t = profile.sample_thread[i];
         let s = profile.sample_stack[i] as usize;
-        if seen_stack[s] == t {
+        let (Some(seen), Some(list)) = (seen_stack.get_mut(s), entry.get_mut(t as usize)) else { continue };
+        if *seen == t {
             continue;
         }
-        seen_stack[s] = t;
+        *seen = t;
         path.clear();
-        path.extend(profile.stack_frames(s as u32).map(|f| symbols.frame_function[f as usize]));
-        let list = &mut entry[t as usize];
+        path.extend(
+            profile
+                .stack_frames(s as u32)
+                .filter_map(|f| symbols.frame_function.get(f as usize).copied())
+                .filter(|&f| (f as usize) < symbols.functions.len()),
+        );
         for &f in path.iter().rev().take(ENTRY_DEPTH) {
             if !list.contains(&f) {
                 list.push(f);
@@ -241,5 +248,14 @@ mod tests {
         assert_eq!(library_stem("libvips-cpp.so.42"), "libvips-cpp");
         assert!(is_runtime_module("/lib/x86_64-linux-gnu/libc.so.6"));
         assert!(!is_runtime_module("/app/node_modules/x/y.node"));
+        // Symbols that do not match the profile (built in JavaScript): what
+        // does not resolve is skipped, nothing panics.
+        let mut short = s.clone();
+        short.frame_function.truncate(3);
+        short.functions.truncate(2);
+        short.frame_function[2] = 99;
+        let roles = classify(&p, &short);
+        assert_eq!(roles.len(), p.threads.len());
+        assert_eq!(roles[0], "main");
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! Nodes are the call tree by function under a `(root)` node; `samples` and
 //! `timeDeltas` (microseconds) give the timeline, one entry per sampling
-//! interval (a row of weight n is n entries). Idle samples go to an
+//! interval (a row of weight n is n entries; no row stands for more
+//! intervals than the whole profile spans, so a corrupt weight cannot make
+//! the file endless). Idle samples go to an
 //! `(idle)` node under the root, as `--cpu-prof` records them, so DevTools
 //! shows idle time as idle rather than as time in `epoll_wait`. Locations
 //! are 0-based as in the protocol: `lineNumber` and `columnNumber` of a
@@ -174,13 +176,14 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     let mut last = start_time as i64;
     let mut samples = Vec::with_capacity(indices.len());
     let mut time_deltas = Vec::with_capacity(indices.len());
+    let span_intervals = profile.end_ns.saturating_sub(profile.start_ns) / profile.interval_ns.max(1) + 1;
     for (k, &i) in indices.iter().enumerate() {
         let node = match profile.sample_idle[i] {
             0 => id[tree.of_stack[profile.sample_stack[i] as usize] as usize],
             _ => idle_id,
         };
         let next = indices.get(k + 1).map_or(u64::MAX, |&j| profile.sample_time_ns[j]);
-        for r in 0..profile.weight(i) {
+        for r in 0..profile.weight(i).min(span_intervals) {
             let at = profile.sample_time_ns[i].saturating_add(r * profile.interval_ns).min(next);
             let t = (us(at) as i64).max(last);
             samples.push(node);
@@ -244,6 +247,12 @@ mod tests {
         assert_eq!(b["callFrame"]["scriptId"], "1");
         assert_eq!(v["samples"].as_array().unwrap().len(), 4, "one per interval");
         assert_eq!(v["samples"][1], idle["id"]);
+        // A corrupt weight: no row stands for more than the profile's span.
+        p.sample_weight = vec![1, u32::MAX, 1, 1];
+        let span = (p.end_ns - p.start_ns) / p.interval_ns + 1;
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        // The main thread's rows: one of weight 1, the corrupt one.
+        assert_eq!(v["samples"].as_array().unwrap().len() as u64, 1 + span);
     }
 
     #[test]

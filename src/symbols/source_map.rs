@@ -119,6 +119,11 @@ fn decode(bytes: &[u8]) -> Result<sourcemap::SourceMap, String> {
 /// Finds and reads the map of the script at `path`: `Ok(None)` if it has
 /// none, an error if it names one that cannot be used.
 fn load(path: &Path) -> Loaded {
+    // No script there (code evaluated from a string, `[eval1]`, or a file
+    // deleted since): no source map to look for, and nothing to say.
+    if matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(None);
+    }
     let script = read_bounded(path, MAX_SCRIPT_BYTES)?;
     let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
     let (bytes, map_dir, what) = match map_reference(&script) {
@@ -353,6 +358,10 @@ mod tests {
             assert_eq!(w.len(), 1, "{script:?}: {w:?}");
             assert!(w[0].contains("compiled positions"), "{w:?}");
         }
+        // No script on disk (an ES module evaluated from a string): silent.
+        let eval = format!("JS:*f file://{}/[eval1]:1:11", dir.display());
+        let (f, w) = map_all(&eval);
+        assert_eq!((f.line, w.len()), (1, 0), "{w:?}");
         // Builtins and names without a position are left alone.
         assert_eq!(map_all("Builtin:ArgumentsAdaptorTrampoline").0.name, "Builtin:ArgumentsAdaptorTrampoline");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -599,86 +599,86 @@ export declare function stats(): Stats
 
 /** Sampler statistics. Counters cover the current (or last) session. */
 export interface Stats {
-  /** r" Samples stored in the profile. */
+  /** Samples stored in the profile. */
   samplesCaptured: number
-  /** r" Samples lost because the buffer or stack table was full. */
+  /** Samples lost because the buffer or stack table was full. */
   samplesDropped: number
-  /** r" Thread samples taken: always samples captured plus dropped. */
+  /** Thread samples taken: always samples captured plus dropped. */
   threadsSampled: number
   /**
-   * r" Thread samples not taken: the thread exited, had not yet been
-   * r" reached, or blocks the sampling signal. Normal, not an error.
+   * Thread samples not taken: the thread exited, had not yet been
+   * reached, or blocks the sampling signal. Normal, not an error.
    */
   threadsSkipped: number
-  /** r" Total time sampled threads spent stopped, in nanoseconds. */
+  /** Total time sampled threads spent stopped, in nanoseconds. */
   totalSuspendNs: number
-  /** r" Longest single stop, in nanoseconds. */
+  /** Longest single stop, in nanoseconds. */
   maxSuspendNs: number
-  /** r" Samples whose registers or stack bounds could not be read. */
+  /** Samples whose registers or stack bounds could not be read. */
   walkErrors: number
-  /** r" Samples of idle threads, recorded without stopping them. */
+  /** Samples of idle threads, recorded without stopping them. */
   idleSamples: number
-  /** r" Stacks cut at the maximum stack depth. */
+  /** Stacks cut at the maximum stack depth. */
   truncatedStacks: number
-  /** r" Sampler ticks run. */
+  /** Sampler ticks run. */
   ticks: number
-  /** r" Ticks skipped because the sampler fell behind. */
+  /** Ticks skipped because the sampler fell behind. */
   ticksMissed: number
-  /** r" CPU time used by the sampler thread, in nanoseconds. */
+  /** CPU time used by the sampler thread, in nanoseconds. */
   samplerCpuNs: number
-  /** r" Stacks whose frame chain ended cleanly at the thread's root. */
+  /** Stacks whose frame chain ended cleanly at the thread's root. */
   stacksReachingRoot: number
-  /** r" Samples whose runtime (JavaScript) frames were merged in. */
+  /** Samples whose runtime (JavaScript) frames were merged in. */
   jsSamples: number
-  /** r" Samples lost because every capture buffer was in use. */
+  /** Samples lost because every capture buffer was in use. */
   samplesLost: number
   /**
-   * r" Samples whose stack pointer was outside the thread's own stack
-   * r" (a fiber, a WebAssembly or signal stack): read with a call that
-   * r" cannot fault.
+   * Samples whose stack pointer was outside the thread's own stack
+   * (a fiber, a WebAssembly or signal stack): read with a call that
+   * cannot fault.
    */
   foreignStacks: number
   /**
-   * r" Bytes of stack copied while threads were stopped (Linux): a
-   * r" copy ends at the thread's first frames, not at the top of
-   * r" its stack, once those are known.
+   * Bytes of stack copied while threads were stopped (Linux): a
+   * copy ends at the thread's first frames, not at the top of
+   * its stack, once those are known.
    */
   stackBytesCopied: number
   /**
-   * r" Bytes reserved for the records stack copies are written to
-   * r" while threads are stopped (Linux), for all threads together:
-   * r" the bound of that memory (most of it is never touched).
+   * Bytes reserved for the records stack copies are written to
+   * while threads are stopped (Linux), for all threads together:
+   * the bound of that memory (most of it is never touched).
    */
   captureBufferBytes: number
-  /** r" Stacks cut because the copy was too short for them. */
+  /** Stacks cut because the copy was too short for them. */
   endedTruncatedCopy: number
-  /** r" Stacks that ended in code without unwind information. */
+  /** Stacks that ended in code without unwind information. */
   endedNoUnwindInfo: number
   /**
-   * r" Stacks that ended at a frame whose unwind information gave no
-   * r" usable caller.
+   * Stacks that ended at a frame whose unwind information gave no
+   * usable caller.
    */
   endedBadCfa: number
-  /** r" Stacks that ended at a return address outside all code. */
+  /** Stacks that ended at a return address outside all code. */
   endedNotExecutable: number
-  /** r" Samples whose stack could not be copied (the pc only). */
+  /** Samples whose stack could not be copied (the pc only). */
   endedCopyFailed: number
   /**
-   * r" 1 if another library took the sampling signal over while
-   * r" sampling: samples stopped arriving.
+   * 1 if another library took the sampling signal over while
+   * sampling: samples stopped arriving.
    */
   signalTakenOver: number
-  /** r" Median stop, in nanoseconds (from a histogram; within 12.5 %). */
+  /** Median stop, in nanoseconds (from a histogram; within 12.5 %). */
   suspendP50Ns: number
-  /** r" 99th-percentile stop, in nanoseconds. */
+  /** 99th-percentile stop, in nanoseconds. */
   suspendP99Ns: number
-  /** r" Linux: median time from sending the signal to the handler running. */
+  /** Linux: median time from sending the signal to the handler running. */
   deliveryP50Ns: number
-  /** r" Linux: 99th percentile of the delivery time. */
+  /** Linux: 99th percentile of the delivery time. */
   deliveryP99Ns: number
-  /** r" Linux: longest delivery time seen. */
+  /** Linux: longest delivery time seen. */
   deliveryMaxNs: number
-  /** r" Threads known to the sampler. */
+  /** Threads known to the sampler. */
   threadCount: number
 }
 

@@ -148,79 +148,81 @@ pub struct Stats {
 
 /// Calls `$m!` with every field of [`StatsSnapshot`] and its doc, in
 /// order: the one list from which the snapshot, the JavaScript `Stats`
-/// object and the profile file's statistics are generated.
+/// object and the profile file's statistics are generated. Its docs are
+/// `#[doc = "..."]` attributes: a `///` comment passed through a macro
+/// becomes a raw string, which napi's .d.ts writer prints with its `r"`.
 #[macro_export]
 macro_rules! with_stats_fields {
     ($m:ident) => {
         $m! {
-            /// Samples stored in the profile.
+            #[doc = " Samples stored in the profile."]
             samples_captured,
-            /// Samples lost because the buffer or stack table was full.
+            #[doc = " Samples lost because the buffer or stack table was full."]
             samples_dropped,
-            /// Thread samples taken: always samples captured plus dropped.
+            #[doc = " Thread samples taken: always samples captured plus dropped."]
             threads_sampled,
-            /// Thread samples not taken: the thread exited, had not yet been
-            /// reached, or blocks the sampling signal. Normal, not an error.
+            #[doc = " Thread samples not taken: the thread exited, had not yet been"]
+            #[doc = " reached, or blocks the sampling signal. Normal, not an error."]
             threads_skipped,
-            /// Total time sampled threads spent stopped, in nanoseconds.
+            #[doc = " Total time sampled threads spent stopped, in nanoseconds."]
             total_suspend_ns,
-            /// Longest single stop, in nanoseconds.
+            #[doc = " Longest single stop, in nanoseconds."]
             max_suspend_ns,
-            /// Samples whose registers or stack bounds could not be read.
+            #[doc = " Samples whose registers or stack bounds could not be read."]
             walk_errors,
-            /// Samples of idle threads, recorded without stopping them.
+            #[doc = " Samples of idle threads, recorded without stopping them."]
             idle_samples,
-            /// Stacks cut at the maximum stack depth.
+            #[doc = " Stacks cut at the maximum stack depth."]
             truncated_stacks,
-            /// Sampler ticks run.
+            #[doc = " Sampler ticks run."]
             ticks,
-            /// Ticks skipped because the sampler fell behind.
+            #[doc = " Ticks skipped because the sampler fell behind."]
             ticks_missed,
-            /// CPU time used by the sampler thread, in nanoseconds.
+            #[doc = " CPU time used by the sampler thread, in nanoseconds."]
             sampler_cpu_ns,
-            /// Stacks whose frame chain ended cleanly at the thread's root.
+            #[doc = " Stacks whose frame chain ended cleanly at the thread's root."]
             stacks_reaching_root,
-            /// Samples whose runtime (JavaScript) frames were merged in.
+            #[doc = " Samples whose runtime (JavaScript) frames were merged in."]
             js_samples,
-            /// Samples lost because every capture buffer was in use.
+            #[doc = " Samples lost because every capture buffer was in use."]
             samples_lost,
-            /// Samples whose stack pointer was outside the thread's own stack
-            /// (a fiber, a WebAssembly or signal stack): read with a call that
-            /// cannot fault.
+            #[doc = " Samples whose stack pointer was outside the thread's own stack"]
+            #[doc = " (a fiber, a WebAssembly or signal stack): read with a call that"]
+            #[doc = " cannot fault."]
             foreign_stacks,
-            /// Bytes of stack copied while threads were stopped (Linux): a
-            /// copy ends at the thread's first frames, not at the top of
-            /// its stack, once those are known.
+            #[doc = " Bytes of stack copied while threads were stopped (Linux): a"]
+            #[doc = " copy ends at the thread's first frames, not at the top of"]
+            #[doc = " its stack, once those are known."]
             stack_bytes_copied,
-            /// Bytes reserved for the records stack copies are written to
-            /// while threads are stopped (Linux), for all threads together:
-            /// the bound of that memory (most of it is never touched).
+            #[doc = " Bytes reserved for the records stack copies are written to"]
+            #[doc = " while threads are stopped (Linux), for all threads together:"]
+            #[doc = " the bound of that memory (most of it is never touched)."]
             capture_buffer_bytes,
-            /// Stacks cut because the copy was too short for them.
+            #[doc = " Stacks cut because the copy was too short for them."]
             ended_truncated_copy,
-            /// Stacks that ended in code without unwind information.
+            #[doc = " Stacks that ended in code without unwind information."]
             ended_no_unwind_info,
-            /// Stacks that ended at a frame whose unwind information gave no
-            /// usable caller.
+            #[doc = " Stacks that ended at a frame whose unwind information gave no"]
+            #[doc = " usable caller."]
             ended_bad_cfa,
-            /// Stacks that ended at a return address outside all code.
+            #[doc = " Stacks that ended at a return address outside all code."]
             ended_not_executable,
-            /// Samples whose stack could not be copied (the pc only).
+            #[doc = " Samples whose stack could not be copied (the pc only)."]
             ended_copy_failed,
-            /// 1 if another library took the sampling signal over while
-            /// sampling: samples stopped arriving.
+            #[doc = " 1 if another library took the sampling signal over while"]
+            #[doc = " sampling: samples stopped arriving."]
             signal_taken_over,
-            /// Median stop, in nanoseconds (from a histogram; within 12.5 %).
+            #[doc = " Median stop, in nanoseconds (from a histogram; within 12.5 %)."]
             suspend_p50_ns,
-            /// 99th-percentile stop, in nanoseconds.
+            #[doc = " 99th-percentile stop, in nanoseconds."]
             suspend_p99_ns,
-            /// Linux: median time from sending the signal to the handler running.
+            #[doc = " Linux: median time from sending the signal to the handler running."]
             delivery_p50_ns,
-            /// Linux: 99th percentile of the delivery time.
+            #[doc = " Linux: 99th percentile of the delivery time."]
             delivery_p99_ns,
-            /// Linux: longest delivery time seen.
+            #[doc = " Linux: longest delivery time seen."]
             delivery_max_ns,
-            /// Threads known to the sampler.
+            #[doc = " Threads known to the sampler."]
             thread_count,
         }
     };
@@ -228,7 +230,7 @@ macro_rules! with_stats_fields {
 
 macro_rules! define_snapshot {
     ($($(#[$doc:meta])* $name:ident,)*) => {
-        /// A plain copy of the counters.
+        #[doc = " A plain copy of the counters."]
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct StatsSnapshot {
             $($(#[$doc])* pub $name: u64,)*

@@ -196,26 +196,6 @@ describeLinux('JavaScript names without flags', () => {
     }
   }, 300000)
 
-  test.each(MAJORS)('Node %i: a worker created while sampling (CPU mode) is found during its start-up: its first optimized loop is named', (major) => {
-    // The worker's one function is a loop V8 compiles on-stack a few ms
-    // in; V8 never lists such code again, so it is named only if the
-    // isolate was registered before. CPU timers fire at the kernel's tick
-    // (4 ms here), too seldom during the start-up: new threads get a 1 ms
-    // discovery probe. Without it, 7 runs in 10 left the loop unnamed; with
-    // it, about 1 in 50 on an idle machine (1 in 10 with two more busy
-    // processes on its 2 cores): at least 2 runs in 3 must name it.
-    const outs = []
-    for (let run = 0; run < 3; run++) {
-      const r = spawnSync(fetchNode(major), [path.join(__dirname, 'fixtures', 'worker-hot-loop.js'), JSON.stringify({ mode: 'cpu', ms: 400 })], { encoding: 'utf8', timeout: 60000 })
-      if (r.status !== 0) throw new Error(`failed (${r.status} ${r.signal}): ${r.stderr}`)
-      const out = JSON.parse(r.stdout)
-      expect([run, out.js > 100, out]).toEqual([run, true, out])
-      outs.push(out)
-    }
-    const good = outs.filter((o) => o.named / o.js >= 0.8 && o.hot / o.js >= 0.75)
-    expect([good.length >= 2, outs]).toEqual([true, outs])
-  }, 120000)
-
   test.each(MAJORS)('Node %i: JavaScript run inside a C++ callback (vm, node -e) gets no frame at the callback\'s entry', (major) => {
     // V8 reports the exit frame of an API callback as the callback's entry
     // point, which is on no stack: it would show as an unnamed frame above

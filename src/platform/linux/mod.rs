@@ -42,7 +42,7 @@ use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_R
 use check_queue::CheckQueue;
 use procfs::Maps;
 use signal::Bounds;
-use timers::ThreadTimer;
+use timers::CpuTimer;
 
 /// Listing `/proc/self/task` costs 0.5-2 µs per thread (the kernel looks
 /// up a dentry for each). Between listings, a refresh only compares the
@@ -140,12 +140,7 @@ fn forget_signal_waiter(tid: u64) {
 
 struct LinuxThread {
     slot: Option<u32>,
-    timer: Option<ThreadTimer>,
-    /// CPU mode with JavaScript names, a thread created while sampling:
-    /// until when it may be probed for its isolate (see `timers`), and the
-    /// probe.
-    probe_until_ns: u64,
-    probe: Option<ThreadTimer>,
+    timer: Option<CpuTimer>,
     blocks_signal: bool,
     /// When to check its signal mask again.
     mask_due_ns: u64,
@@ -232,18 +227,7 @@ pub struct LinuxBackend {
     /// The highest tid of the first listing: threads above it were created
     /// while sampling (tids grow until they wrap at pid_max).
     newest_at_start: Option<u64>,
-    /// Threads with a discovery probe.
-    probing: Vec<u64>,
 }
-
-/// How long a new thread is probed for its isolate, at most: a worker's
-/// start-up, before its own code runs, takes 30-40 ms on a busy 2-core VM.
-const PROBE_NS: u64 = 150_000_000;
-/// The probe's period.
-const PROBE_INTERVAL_NS: u64 = 1_000_000;
-/// Threads probed at once, at most (a process creating threads by the
-/// hundred is probed for some of them only).
-const MAX_PROBES: usize = 8;
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -326,7 +310,6 @@ impl LinuxBackend {
             finishing: false,
             frame_pointer_code: Vec::new(),
             newest_at_start: None,
-            probing: Vec::with_capacity(MAX_PROBES),
         })
     }
 
@@ -390,50 +373,7 @@ impl LinuxBackend {
             return;
         }
         let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
-        t.timer = ThreadTimer::cpu(tid, signal, value, interval).ok();
-    }
-
-    /// Whether a thread set up now should be probed for its isolate: CPU
-    /// mode with JavaScript names, and created while sampling.
-    fn wants_probe(&self, tid: u64) -> bool {
-        self.timer_interval_ns.is_some()
-            && !self.finishing
-            && signal::js_frames()
-            && self.newest_at_start.is_some_and(|newest| tid > newest)
-    }
-
-    /// Probes a new thread every millisecond of wall-clock time for a
-    /// moment, so that its isolate, if it gets one, is found during its
-    /// start-up (once it takes the signal).
-    fn start_probe(&mut self, tid: u64, now: u64) {
-        if self.probing.len() >= MAX_PROBES || crate::v8::thread_registered(tid) {
-            return;
-        }
-        let signal = self.signal;
-        let Some(t) = self.threads.get_mut(&tid) else { return };
-        if t.blocks_signal || t.probe.is_some() || now >= t.probe_until_ns {
-            return;
-        }
-        let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.probe_value(i))) else { return };
-        if let Ok(timer) = ThreadTimer::wall(tid, signal, value, PROBE_INTERVAL_NS) {
-            t.probe = Some(timer);
-            self.probing.push(tid);
-        }
-    }
-
-    /// Ends the probes of threads whose isolate was found, that block the
-    /// signal, that left, or whose time is up.
-    fn retire_probes(&mut self, now: u64) {
-        let threads = &mut self.threads;
-        self.probing.retain(|tid| {
-            let Some(t) = threads.get_mut(tid) else { return false };
-            let keep =
-                t.probe.is_some() && now < t.probe_until_ns && !t.blocks_signal && !crate::v8::thread_registered(*tid);
-            if !keep {
-                t.probe = None;
-            }
-            keep
-        });
+        t.timer = CpuTimer::start(tid, signal, value, interval).ok();
     }
 
     /// Starts following a thread the listing found: its name, whether it
@@ -450,11 +390,13 @@ impl LinuxBackend {
         // After `finish`, threads are only named, not sampled; the addon's
         // own threads are never sampled (no slot, so no signal or timer).
         let sampled = !self.finishing && !own_threads::contains(tid);
-        let probe = sampled && self.wants_probe(tid);
         let mut blocks = !sampled || self.must_not_signal(tid);
-        if blocks && probe {
-            // Most likely caught inside pthread_create, which blocks every
-            // signal for a moment: a probe is worth a second look.
+        if blocks && sampled && self.timer_interval_ns.is_some() && self.newest_at_start.is_some_and(|n| tid > n) {
+            // A thread created while sampling, most likely caught inside
+            // pthread_create, which blocks every signal for a moment: looked
+            // at again now, its timer starts now rather than at the next
+            // check, 10-40 ms on (a worker's start-up, where its isolate is
+            // found from its samples).
             std::thread::sleep(std::time::Duration::from_micros(200));
             blocks = self.must_not_signal(tid);
         }
@@ -465,8 +407,6 @@ impl LinuxBackend {
         let mut t = LinuxThread {
             slot,
             timer: None,
-            probe_until_ns: if probe { now + PROBE_NS } else { 0 },
-            probe: None,
             blocks_signal: false,
             mask_due_ns: 0,
             blocked_backoff_ns: BLOCKED_RECHECK_NS,
@@ -477,7 +417,6 @@ impl LinuxBackend {
         self.checks.push(t.mask_due_ns, tid);
         self.threads.insert(tid, t);
         self.start_timer(tid);
-        self.start_probe(tid, now);
         let mut entry = ThreadEntry::new(tid, tid, name, StackBounds::EMPTY);
         entry.is_main = tid == self.pid;
         entry
@@ -485,9 +424,8 @@ impl LinuxBackend {
 
     fn forget(&mut self, tid: u64) {
         if let Some(mut t) = self.threads.remove(&tid) {
-            // The timers go first, so nothing signals the slot after.
+            // The timer goes first, so nothing signals the slot after.
             t.timer = None;
-            t.probe = None;
             if let Some(s) = t.slot.and_then(signal::slot) {
                 s.release();
             }
@@ -701,7 +639,6 @@ impl Backend for LinuxBackend {
 
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
         let now = monotonic_ns();
-        self.retire_probes(now);
         let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
         let listed_recently = now.saturating_sub(self.listed_ns) < list_period_ns(self.tids.len());
         // The periodic full refresh (names) needs no listing of its own;
@@ -846,12 +783,10 @@ impl Backend for LinuxBackend {
                 self.checks.push(t.mask_due_ns, tid);
                 if blocks {
                     t.timer = None;
-                    t.probe = None;
                 }
             }
             if !blocks {
                 self.start_timer(tid);
-                self.start_probe(tid, now);
             }
         }
         self.to_check = to_check;
@@ -925,10 +860,8 @@ impl Backend for LinuxBackend {
         // No new signals: timers go (and threads found from now on get
         // none), slots stop accepting captures.
         self.timer_interval_ns = None;
-        self.probing.clear();
         for t in self.threads.values_mut() {
             t.timer = None;
-            t.probe = None;
             if let Some(s) = t.slot.and_then(signal::slot) {
                 s.set_active(false);
             }

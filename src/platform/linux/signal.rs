@@ -43,10 +43,6 @@ const CHUNK_SLOTS: usize = 64;
 const MAX_CHUNKS: usize = 512;
 /// Threads that can be sampled at once.
 pub const MAX_SLOTS: usize = CHUNK_SLOTS * MAX_CHUNKS;
-/// The bit of a signal's value that marks a discovery probe (slot indexes
-/// stay far below it).
-const PROBE: u64 = 1 << 63;
-const _: () = assert!((MAX_SLOTS as u64) < 1 << 31);
 
 /// Bytes below the stack pointer that leaf code may use without moving it
 /// (the x86_64 red zone); copied too.
@@ -111,12 +107,6 @@ impl ThreadSlot {
     /// The value a signal for this slot carries.
     pub fn value(&self, index: u32) -> u64 {
         ((index as u64) << 32) | self.gen() as u64
-    }
-
-    /// The value of a discovery probe's signals: the handler only looks
-    /// for the thread's isolate (see `timers`), and takes no sample.
-    pub fn probe_value(&self, index: u32) -> u64 {
-        self.value(index) | PROBE
     }
 
     pub fn set_active(&self, on: bool) {
@@ -296,11 +286,6 @@ pub fn set_js_frames(on: bool) {
     JS_FRAMES.store(on, Ordering::Release);
 }
 
-/// Whether handlers ask V8 for JavaScript frames (and look for isolates).
-pub fn js_frames() -> bool {
-    JS_FRAMES.load(Ordering::Acquire)
-}
-
 /// Sets how many waiting records wake the sampler early.
 pub fn set_wake_threshold(n: u32) {
     WAKE_AT.store(n.max(1), Ordering::Release);
@@ -407,8 +392,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     if !ours {
         return;
     }
-    let probe = value & PROBE != 0;
-    let (index, gen) = (((value & !PROBE) >> 32) as u32, value as u32);
+    let (index, gen) = ((value >> 32) as u32, value as u32);
     let Some(slot) = slot(index) else { return };
     if slot.gen.load(Ordering::Acquire) != gen {
         return;
@@ -421,15 +405,6 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         slot.pending.store(false, Ordering::Release);
     }
     if !slot.active.load(Ordering::Acquire) {
-        return;
-    }
-    if probe {
-        if JS_FRAMES.load(Ordering::Acquire) {
-            let _window = StoppedWindow::enter();
-            // SAFETY: the kernel's ucontext for this signal.
-            let (regs, _) = unsafe { registers(uc) };
-            crate::v8::registered_or_discover(regs.pc);
-        }
         return;
     }
     let Some(pool) = capture::pool() else { return };

@@ -12,12 +12,6 @@
 //! half an interval short, on every thread, at every start), and a thread
 //! busy from `start()` on is sampled after half an interval on average.
 //!
-//! A thread the sampler finds while sampling can also get a discovery
-//! probe for its first moments ([`ThreadTimer::wall`], on the monotonic
-//! clock): kernel CPU timers fire only at the scheduler tick (every 4 ms at
-//! HZ 250), too seldom to find a new worker's isolate during its start-up,
-//! before its first optimized code. A probe signal takes no sample.
-//!
 //! Timers belong to the process and outlive their thread; the backend
 //! deletes each when its thread leaves, and all of them at `stop()`, before
 //! the slots they signal are released. A forked child inherits none.
@@ -46,50 +40,36 @@ pub fn thread_cpu_clock(tid: u64) -> clockid_t {
     (!(tid as clockid_t) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
 }
 
-/// A timer that signals one thread.
+/// A timer on a thread's CPU clock.
 #[derive(Debug)]
-pub struct ThreadTimer(timer_t);
+pub struct CpuTimer(timer_t);
 
 // SAFETY: a timer id is a process-wide kernel handle, usable from any thread.
-unsafe impl Send for ThreadTimer {}
+unsafe impl Send for CpuTimer {}
 
-impl ThreadTimer {
+impl CpuTimer {
     /// Creates a timer for thread `tid` that sends `signal` with `value`
     /// every `interval_ns` of the thread's CPU time. Returns the errno.
-    pub fn cpu(tid: u64, signal: i32, value: u64, interval_ns: u64) -> Result<ThreadTimer, i32> {
-        let first = first_expiry_ns(interval_ns, random_u64(tid));
-        Self::start(thread_cpu_clock(tid), tid, signal, value, first, interval_ns)
-    }
-
-    /// Creates a timer for thread `tid` that sends `signal` with `value`
-    /// every `interval_ns` of wall-clock time, whether the thread runs or
-    /// not. Returns the errno.
-    pub fn wall(tid: u64, signal: i32, value: u64, interval_ns: u64) -> Result<ThreadTimer, i32> {
-        Self::start(libc::CLOCK_MONOTONIC, tid, signal, value, interval_ns, interval_ns)
-    }
-
-    fn start(
-        clock: clockid_t,
-        tid: u64,
-        signal: i32,
-        value: u64,
-        first_ns: u64,
-        interval_ns: u64,
-    ) -> Result<ThreadTimer, i32> {
+    pub fn start(tid: u64, signal: i32, value: u64, interval_ns: u64) -> Result<CpuTimer, i32> {
         let mut ev = SigEvent { value, signo: signal, notify: SIGEV_THREAD_ID, tid: tid as c_int, _pad: [0; 11] };
         let mut id: timer_t = std::ptr::null_mut();
         // SAFETY: `ev` is a complete sigevent as the kernel reads it, and
         // `id` a valid out-pointer.
-        let rc = unsafe { libc::timer_create(clock, &mut ev as *mut SigEvent as *mut libc::sigevent, &mut id) };
+        let rc = unsafe {
+            libc::timer_create(thread_cpu_clock(tid), &mut ev as *mut SigEvent as *mut libc::sigevent, &mut id)
+        };
         if rc != 0 {
             return Err(errno());
         }
-        let timer = ThreadTimer(id);
-        let timespec = |ns: u64| libc::timespec {
-            tv_sec: (ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (ns % 1_000_000_000) as _,
+        let timer = CpuTimer(id);
+        let period = libc::timespec {
+            tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (interval_ns % 1_000_000_000) as _,
         };
-        let spec = libc::itimerspec { it_interval: timespec(interval_ns), it_value: timespec(first_ns.max(1)) };
+        let first = first_expiry_ns(interval_ns, random_u64(tid));
+        let first =
+            libc::timespec { tv_sec: (first / 1_000_000_000) as libc::time_t, tv_nsec: (first % 1_000_000_000) as _ };
+        let spec = libc::itimerspec { it_interval: period, it_value: first };
         // SAFETY: `id` was just created; `spec` is valid.
         if unsafe { libc::timer_settime(timer.0, 0, &spec, std::ptr::null_mut()) } != 0 {
             return Err(errno());
@@ -98,7 +78,7 @@ impl ThreadTimer {
     }
 }
 
-impl Drop for ThreadTimer {
+impl Drop for CpuTimer {
     fn drop(&mut self) {
         // SAFETY: deletes the timer this value owns; no signal is generated
         // by it afterwards (one already queued may still arrive, and the
@@ -152,7 +132,7 @@ mod tests {
         let interval = 10_000_000_000;
         let mut values = Vec::new();
         for _ in 0..20 {
-            let timer = ThreadTimer::cpu(tid, sig, 0, interval).unwrap();
+            let timer = CpuTimer::start(tid, sig, 0, interval).unwrap();
             // SAFETY: itimerspec is plain integers, valid when zeroed.
             let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
             // SAFETY: `timer.0` is a live timer; `cur` a valid out-pointer.
@@ -162,54 +142,6 @@ mod tests {
         }
         assert!(values.iter().all(|&v| v > 0 && v <= interval), "{values:?}");
         assert!(values.iter().any(|&v| v < interval * 9 / 10), "{values:?}");
-    }
-
-    #[test]
-    fn a_wall_timer_signals_its_thread_while_it_sleeps() {
-        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-        static SIGNALS: AtomicU32 = AtomicU32::new(0);
-        static ON_TID: AtomicU64 = AtomicU64::new(0);
-        static VALUE: AtomicU64 = AtomicU64::new(0);
-        extern "C" fn on(_: c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-            // SAFETY: the kernel's siginfo; the value is at offset 24.
-            let value = unsafe { (info as *const u8).add(24).cast::<u64>().read() };
-            VALUE.store(value, Ordering::Relaxed);
-            ON_TID.store(crate::sampler::thread_id::current(), Ordering::Relaxed);
-            SIGNALS.fetch_add(1, Ordering::Relaxed);
-        }
-        let sig = libc::SIGRTMIN() + 3;
-        // SAFETY: installs a trivial handler for a real-time signal this
-        // test owns; restored below.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        unsafe {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on as *const () as usize;
-            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigaction(sig, &act, &mut old);
-        }
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let t = std::thread::spawn(move || {
-            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
-            // Sleeps (SA_RESTART does not restart nanosleep: sleep on).
-            let end = std::time::Instant::now() + std::time::Duration::from_millis(60);
-            while std::time::Instant::now() < end {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        });
-        let tid = tid_rx.recv().unwrap();
-        let probe_value = 1u64 << 63 | 42;
-        let timer = ThreadTimer::wall(tid, sig, probe_value, 1_000_000).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(40));
-        drop(timer);
-        let n = SIGNALS.load(Ordering::Relaxed);
-        t.join().unwrap();
-        // SAFETY: restores the previous disposition.
-        unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
-        // About 40 in 40 ms; a loaded machine delays some.
-        assert!((10..=45).contains(&n), "{n} signals in 40 ms");
-        assert_eq!(ON_TID.load(Ordering::Relaxed), tid, "delivered to that thread");
-        assert_eq!(VALUE.load(Ordering::Relaxed), probe_value);
-        assert!(ThreadTimer::wall(u32::MAX as u64, sig, 0, 1_000_000).is_err(), "no such thread");
     }
 
     #[test]
@@ -253,7 +185,7 @@ mod tests {
             }
         });
         let tid = tid_rx.recv().unwrap();
-        let timer = ThreadTimer::cpu(tid, sig, 7, 1_000_000).unwrap();
+        let timer = CpuTimer::start(tid, sig, 7, 1_000_000).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(30));
         assert_eq!(SIGNALS.load(Ordering::Relaxed), 0, "an idle thread is never interrupted");
         go_tx.send(()).unwrap();
@@ -267,6 +199,6 @@ mod tests {
         assert!(signals > 0 && signals <= intervals);
         // SAFETY: restores the previous disposition.
         unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
-        assert!(ThreadTimer::cpu(u32::MAX as u64, sig, 0, 1_000_000).is_err(), "no such thread");
+        assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000).is_err(), "no such thread");
     }
 }

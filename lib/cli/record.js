@@ -150,7 +150,7 @@ function parseRecordArgs(argv) {
   const durationS = number(values, 'duration')
   if (durationS !== undefined) {
     // start()'s limits (durationMs: whole milliseconds, 1 to 10^12), in seconds.
-    let ok = durationS > 0 && Number.isFinite(durationS)
+    let ok = durationS >= 0.001 && Number.isFinite(durationS)
     try {
       if (ok) addon.checkStartOptions({ durationMs: Math.round(durationS * 1000) })
     } catch {

@@ -368,10 +368,10 @@ fn stats_from_js(obj: &Object) -> JsResult<StatsSnapshot> {
     Ok(stats)
 }
 
-/// Reads a `Profile` object back into `ProfileData`, validating it.
 /// Gives a symbolicated profile without thread roles (one from `stop()` or
 /// built in JavaScript) the roles its stacks show, as reading a file does:
-/// reports and formats select and name threads by them.
+/// reports and formats select and name threads by them. The profile must be
+/// valid (`ProfileData::validate`).
 pub fn assign_roles_if_missing(data: &mut ProfileData) {
     if !data.thread_roles.is_empty() || data.symbols.is_none() {
         return;
@@ -380,6 +380,7 @@ pub fn assign_roles_if_missing(data: &mut ProfileData) {
     crate::profile::roles::assign(data, &names, &[]);
 }
 
+/// Reads a `Profile` object back into `ProfileData`, validating it.
 pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
     if value.get_type().map_err(napi_fail)? != ValueType::Object {
         return Err(einval("profile must be an object returned by stop() or loadProfile()"));
@@ -486,7 +487,6 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
     if thread_roles.len() == data.threads.len() {
         data.thread_roles = thread_roles;
     }
-    assign_roles_if_missing(&mut data);
     if thread_pids.len() == data.threads.len() && thread_pids.iter().any(|&p| p != data.meta.pid) {
         for (t, &pid) in thread_pids.iter().enumerate() {
             let k = match data.processes.iter().position(|p| p.pid == pid) {
@@ -500,5 +500,6 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
         }
     }
     data.validate().map_err(|e| einval(format!("profile is inconsistent: {e}")))?;
+    assign_roles_if_missing(&mut data);
     Ok(data)
 }

@@ -5,9 +5,9 @@
 //!
 //! Nodes are the call tree by function under a `(root)` node; `samples` and
 //! `timeDeltas` (microseconds) give the timeline, one entry per sampling
-//! interval (a row of weight n is n entries; no row stands for more
-//! intervals than the whole profile spans, so a corrupt weight cannot make
-//! the file endless). Idle samples go to an
+//! interval (a row of weight n is n entries; at most one entry per
+//! interval of the profile's span plus one per row in all, so corrupt
+//! weights cannot make the file endless). Idle samples go to an
 //! `(idle)` node under the root, as `--cpu-prof` records them, so DevTools
 //! shows idle time as idle rather than as time in `epoll_wait`. Locations
 //! are 0-based as in the protocol: `lineNumber` and `columnNumber` of a
@@ -176,7 +176,10 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     let mut last = start_time as i64;
     let mut samples = Vec::with_capacity(indices.len());
     let mut time_deltas = Vec::with_capacity(indices.len());
-    let span_intervals = profile.end_ns.saturating_sub(profile.start_ns) / profile.interval_ns.max(1) + 1;
+    // The file's resolution is a microsecond: an interval below it (or 0,
+    // in a corrupt file) counts as one.
+    let span_intervals = profile.end_ns.saturating_sub(profile.start_ns) / profile.interval_ns.max(1000) + 1;
+    let max_entries = span_intervals.saturating_add(indices.len() as u64);
     for (k, &i) in indices.iter().enumerate() {
         let node = match profile.sample_idle[i] {
             0 => id[tree.of_stack[profile.sample_stack[i] as usize] as usize],
@@ -184,6 +187,9 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         };
         let next = indices.get(k + 1).map_or(u64::MAX, |&j| profile.sample_time_ns[j]);
         for r in 0..profile.weight(i).min(span_intervals) {
+            if samples.len() as u64 >= max_entries {
+                break;
+            }
             let at = profile.sample_time_ns[i].saturating_add(r * profile.interval_ns).min(next);
             let t = (us(at) as i64).max(last);
             samples.push(node);
@@ -253,6 +259,12 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
         // The main thread's rows: one of weight 1, the corrupt one.
         assert_eq!(v["samples"].as_array().unwrap().len() as u64, 1 + span);
+        // Every row corrupt, and no interval: bounded all the same.
+        p.sample_weight = vec![u32::MAX; 4];
+        p.interval_ns = 0;
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let n = v["samples"].as_array().unwrap().len() as u64;
+        assert!(n <= (p.end_ns - p.start_ns) / 1000 + 1 + 4, "{n}");
     }
 
     #[test]

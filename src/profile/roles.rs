@@ -62,9 +62,8 @@ pub fn classify(profile: &ProfileData, symbols: &Symbols) -> Vec<String> {
     let mut path = Vec::new();
     // Indexes are checked, not trusted: a profile may come from JavaScript
     // with symbols that do not match it; what does not resolve is skipped.
-    for i in 0..profile.sample_count() {
-        let t = profile.sample_thread[i];
-        let s = profile.sample_stack[i] as usize;
+    for (&t, &s) in profile.sample_thread.iter().zip(&profile.sample_stack) {
+        let s = s as usize;
         let (Some(seen), Some(list)) = (seen_stack.get_mut(s), entry.get_mut(t as usize)) else { continue };
         if *seen == t {
             continue;

@@ -227,7 +227,14 @@ pub struct LinuxBackend {
     /// The highest tid of the first listing: threads above it were created
     /// while sampling (tids grow until they wrap at pid_max).
     newest_at_start: Option<u64>,
+    /// Second looks at new threads seen blocking signals that this refresh
+    /// may still take (each waits 200 µs).
+    second_looks_left: u32,
 }
+
+/// Second looks per refresh, at most: a burst of new threads that block
+/// signals for good must not hold up the sampler.
+const SECOND_LOOKS_PER_REFRESH: u32 = 4;
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -310,6 +317,7 @@ impl LinuxBackend {
             finishing: false,
             frame_pointer_code: Vec::new(),
             newest_at_start: None,
+            second_looks_left: 0,
         })
     }
 
@@ -391,7 +399,14 @@ impl LinuxBackend {
         // own threads are never sampled (no slot, so no signal or timer).
         let sampled = !self.finishing && !own_threads::contains(tid);
         let mut blocks = !sampled || self.must_not_signal(tid);
-        if blocks && sampled && self.timer_interval_ns.is_some() && self.newest_at_start.is_some_and(|n| tid > n) {
+        if blocks
+            && sampled
+            && self.second_looks_left > 0
+            && self.timer_interval_ns.is_some()
+            && self.newest_at_start.is_some_and(|n| tid > n)
+            && !is_signal_waiter(tid)
+        {
+            self.second_looks_left -= 1;
             // A thread created while sampling, most likely caught inside
             // pthread_create, which blocks every signal for a moment: looked
             // at again now, its timer starts now rather than at the next
@@ -639,6 +654,7 @@ impl Backend for LinuxBackend {
 
     fn refresh_threads(&mut self, registry: &ThreadRegistry, full: bool) {
         let now = monotonic_ns();
+        self.second_looks_left = SECOND_LOOKS_PER_REFRESH;
         let unchanged = self.tasks.count() == Some(self.tids.len() as u64);
         let listed_recently = now.saturating_sub(self.listed_ns) < list_period_ns(self.tids.len());
         // The periodic full refresh (names) needs no listing of its own;

@@ -300,6 +300,12 @@ describe('JS API for files', () => {
     expectCode(() => ms.profileReport(profile, { by: 'wall' }), 'EINVAL', "'self' or 'total'")
     expectCode(() => ms.profileReport(profile, { top: 0 }), 'EINVAL', 'from 1 to 100000')
     expectCode(() => ms.profileReport(profile, { thread: 'no-such-thread' }), 'EINVAL', 'threads are')
+    // Symbols but no roles (roles are then computed), and columns of
+    // different lengths: an error, never an abort.
+    const noRoles = { ...profile, threads: profile.threads.map(({ role, ...t }) => t) }
+    const short = { ...noRoles, samples: { ...profile.samples, stack: profile.samples.stack.slice(0, 1) } }
+    expectCode(() => ms.profileReport(short, { thread: 'main' }), 'EINVAL', 'inconsistent')
+    expect(ms.profileReport(noRoles, { thread: 'main', top: 1 }).threads.length).toBeGreaterThan(0)
   })
 
   test('a version 1 file (before sample weights) loads, every row one sample', () => {

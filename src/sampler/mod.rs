@@ -3,6 +3,7 @@
 //! and time, and nothing of files, names or JavaScript. Platforms plug in
 //! through [`backend::Backend`]; the sampler thread is [`session`].
 
+pub mod addr_memo;
 pub mod backend;
 pub mod buffer;
 pub mod error;

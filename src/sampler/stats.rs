@@ -230,7 +230,7 @@ macro_rules! with_stats_fields {
 
 macro_rules! define_snapshot {
     ($($(#[$doc:meta])* $name:ident,)*) => {
-        #[doc = " A plain copy of the counters."]
+        /// A plain copy of the counters.
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct StatsSnapshot {
             $($(#[$doc])* pub $name: u64,)*

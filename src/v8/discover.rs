@@ -210,9 +210,9 @@ fn ask_again_later(isolate: usize, now: u64) {
 /// [`WAIT_NS`] for the request to be taken) so that the isolate stays alive
 /// meanwhile. Once per isolate: again at the next sample if the request was
 /// withdrawn, after a second if its interrupt never ran, soon if it had no
-/// Node environment yet, eight times at most. Async-signal-safe: atomics, `clock_gettime`,
-/// futex, and V8's `TryGetCurrent`/`GetCodeRange` (reads only); allocates
-/// nothing and takes no lock.
+/// Node environment yet, eight times at most. Async-signal-safe: atomics,
+/// `clock_gettime`, futex, and V8's `TryGetCurrent`/`GetCodeRange` (reads
+/// only); allocates nothing and takes no lock.
 #[cfg(target_os = "linux")]
 pub fn note_current_thread(pc: u64) {
     if !RUNNING.load(Ordering::Acquire) {

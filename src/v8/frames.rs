@@ -12,7 +12,6 @@
 //! the per-sample work takes no lock and looks nothing up in the code map
 //! (which was a third of the sampler thread's time at 1 kHz).
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -21,6 +20,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::events::{code_map, V8Ranges};
 use super::merge::{is_interpreter_name, AddrClass, Merged, Merger};
 use super::slots;
+use crate::sampler::addr_memo::AddrMemo;
 use crate::sampler::backend::{CapturedStack, StackRewrite};
 use crate::sampler::unwind::{RangeSet, StackCopy, StackEnd};
 use crate::sampler::walker::WalkEnd;
@@ -93,15 +93,9 @@ struct Builtins {
     starts: Vec<u32>,
     ends: Vec<u32>,
     kinds: Vec<BuiltinKind>,
-    /// Recent answers of `kind`, direct-mapped by address (samples repeat
-    /// their frames): (address, kind or None).
-    memo: Box<[Cell<KindMemo>]>,
+    /// Recent answers of `kind` (samples repeat their frames).
+    memo: AddrMemo<Option<BuiltinKind>>,
 }
-
-/// An address and its builtin's kind (None: no named builtin there).
-type KindMemo = (u64, Option<BuiltinKind>);
-
-const KIND_MEMO_LOG2: u32 = 9;
 
 impl Builtins {
     /// From the code map, where V8 reported them at either copy (the
@@ -140,8 +134,7 @@ impl Builtins {
     /// unnamed.
     fn from_spans(spans: &[(u64, u64, BuiltinKind)]) -> Builtins {
         let base = spans.first().map_or(0, |s| s.0);
-        let memo = (0..1 << KIND_MEMO_LOG2).map(|_| Cell::new((u64::MAX, None))).collect();
-        let mut b = Builtins { base, memo, ..Builtins::default() };
+        let mut b = Builtins { base, memo: AddrMemo::new(9, None), ..Builtins::default() };
         for &(start, end, kind) in spans {
             // Sorted: once a start is out of reach, so are the rest. An end
             // out of reach (a bogus length) is cut at the reach.
@@ -162,17 +155,7 @@ impl Builtins {
     /// address no named builtin covers. V8 10.8 (Node 19) names neither
     /// the bytecode handlers nor the `*_Baseline` builtins.
     fn kind(&self, addr: u64) -> Option<BuiltinKind> {
-        let slot = self.memo.get((addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - KIND_MEMO_LOG2)) as usize);
-        if let Some((a, kind)) = slot.map(Cell::get) {
-            if a == addr {
-                return kind;
-            }
-        }
-        let kind = self.search(addr);
-        if let Some(slot) = slot {
-            slot.set((addr, kind));
-        }
-        kind
+        self.memo.get_or(addr, || self.search(addr))
     }
 
     fn search(&self, addr: u64) -> Option<BuiltinKind> {

@@ -22,7 +22,7 @@ mod code;
 mod copy;
 mod known_stack;
 pub mod large_frames;
-mod place_memo;
+mod place;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
 pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord};
@@ -32,9 +32,10 @@ use std::ops::Range;
 
 use framehop::{CacheNative, Error, FrameAddress, MayAllocateDuringUnwind, Module, Unwinder as _, UnwinderNative};
 
+use super::addr_memo::AddrMemo;
 use super::walker::Registers;
 use code::ModuleEntry;
-use place_memo::{Place, PlaceMemo};
+use place::Place;
 
 /// Why a stack's frames ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,7 +92,8 @@ pub struct Unwinder {
     inner: UnwinderNative<ImageBytes, MayAllocateDuringUnwind>,
     cache: CacheNative<MayAllocateDuringUnwind>,
     code: CodeMap,
-    places: PlaceMemo,
+    /// Recent answers of `Place::of` (see `place`).
+    places: AddrMemo<Place>,
     /// arm64: the bits of a code pointer that are address, not signature.
     #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
     address_mask: u64,
@@ -111,7 +113,7 @@ impl Unwinder {
             inner: UnwinderNative::new(),
             cache: CacheNative::new(),
             code: CodeMap::default(),
-            places: PlaceMemo::default(),
+            places: AddrMemo::new(10, Place::Nowhere),
             address_mask,
         }
     }
@@ -140,6 +142,10 @@ impl Unwinder {
     pub fn set_jit_regions(&mut self, regions: Vec<Range<u64>>) {
         self.code.jit = RangeSet::new(regions);
         self.places.clear();
+    }
+
+    fn place(&self, addr: u64) -> Place {
+        self.places.get_or(addr, || Place::of(&self.code, addr))
     }
 
     /// Sets the code that keeps frame pointers without unwind information.
@@ -193,7 +199,7 @@ impl Unwinder {
             // framehop would walk its frame pointer too, but through its
             // rule cache, where each distinct JIT address takes a slot and
             // evicts a module's rule, which then costs a DWARF parse again.
-            let module = match self.places.place(&self.code, lookup) {
+            let module = match self.place(lookup) {
                 Place::Module(i) => self.code.module_at(i as usize),
                 _ => None,
             };
@@ -215,7 +221,7 @@ impl Unwinder {
                     if !first && arch::sp(&state) <= sp_before {
                         return self.failed(lookup, copy, None);
                     }
-                    if !self.places.place(&self.code, ra.wrapping_sub(1)).is_executable() {
+                    if !self.place(ra.wrapping_sub(1)).is_executable() {
                         return StackEnd::NotExecutable;
                     }
                     let Some(next) = FrameAddress::from_return_address(ra) else { return StackEnd::Root };

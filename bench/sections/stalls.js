@@ -178,8 +178,8 @@ async function memory(ctx) {
   // Test entry points are on the binding itself (testing build only).
   const addon = require(path.join(ROOT, 'binding.js'))
   if (typeof addon.__stallHistoryMemory !== 'function') throw new Error('needs the testing build: npm run build:testing')
-  // 20 distinct stacks per thread in each 7.5 s chunk (a busy thread of an
-  // app), and 200 (a pessimistic one: 10,000 stacks of 40 frames per chunk).
+  // 20 distinct stacks per thread (a busy thread of an app), and 200 (a
+  // pessimistic one: 10,000 stacks of 40 frames in the window).
   const exact = JSON.parse(addon.__stallHistoryMemory(50, 100, 75, 60000, 20, 40))
   const pessimistic = JSON.parse(addon.__stallHistoryMemory(50, 100, 75, 60000, 200, 40))
   const seconds = ctx.quick ? 10 : 70

@@ -1,14 +1,17 @@
 //! A bounded history of recent samples: what every thread was doing in
 //! the last few seconds, kept for as long as a process runs.
 //!
-//! Samples go into chunks, each covering a stretch of time with its own
-//! stack table, so old samples are dropped a chunk at a time together with
-//! the stacks only they used: memory follows the sample rate times the
-//! window kept, never the process's age. Dropped chunks are cleared and
-//! reused. A chunk no longer written is sealed: its growth slack and its
-//! stack table's indexes are freed, which halves it. A hard byte limit
-//! bounds the worst case (a very high sample rate, or a stall that lasts
-//! longer than the window): the oldest chunk goes first, and is counted.
+//! Samples go into chunks of rows, each covering a stretch of time, so old
+//! samples are dropped a chunk at a time: memory follows the sample rate
+//! times the window kept, never the process's age. Dropped chunks are
+//! cleared and reused; a chunk no longer written gives back its growth
+//! slack. All chunks share one stack table, so a stack seen all through
+//! the window is stored once. The stacks only dropped chunks used are
+//! removed when the table has doubled since it was last compacted, which
+//! keeps the cost of that pass proportional to the stacks added. A hard
+//! byte limit bounds the worst case (a very high sample rate, or a stall
+//! that lasts longer than the window): the oldest chunk goes first, and is
+//! counted.
 //!
 //! A row weighs the time it stands for (`weight_us`), not a count of
 //! intervals: CPU samples, wall samples and the fast samples of a stalled
@@ -35,8 +38,11 @@ pub const MAX_RUN_NS: u64 = 100_000_000;
 const CHUNK_ROWS: usize = 1 << 16;
 /// Distinct threads per chunk at most.
 const CHUNK_THREADS: usize = u16::MAX as usize;
-/// Stack nodes per chunk at most.
-const CHUNK_NODES: usize = 1 << 18;
+/// Stack nodes in the shared table at most (the byte limit comes first
+/// with the usual limit).
+const MAX_NODES: usize = 1 << 22;
+/// The table is not compacted below this many nodes.
+const COMPACT_MIN_NODES: usize = 1 << 14;
 /// Time offsets within a chunk are u32 nanoseconds.
 const MAX_CHUNK_SPAN_NS: u64 = 4_000_000_000;
 
@@ -64,7 +70,6 @@ struct Chunk {
     stack: Vec<u32>,
     weight_us: Vec<u32>,
     flags: Vec<u8>,
-    stacks: StackTable,
 }
 
 impl Chunk {
@@ -78,13 +83,10 @@ impl Chunk {
         self.stack.clear();
         self.weight_us.clear();
         self.flags.clear();
-        self.stacks.clear();
     }
 
     /// No more rows come (a newer chunk is open): drops what only adding
-    /// rows needs and the spare capacity. A sealed chunk is half the size
-    /// of an open one: its row columns lose their growth slack, its stack
-    /// table its hash indexes.
+    /// rows needs and the columns' growth slack.
     fn seal(&mut self) {
         self.thread_index = FxHashMap::default();
         self.threads.shrink_to_fit();
@@ -93,11 +95,15 @@ impl Chunk {
         self.stack.shrink_to_fit();
         self.weight_us.shrink_to_fit();
         self.flags.shrink_to_fit();
-        self.stacks.seal();
     }
 
     fn rows(&self) -> usize {
         self.thread.len()
+    }
+
+    /// The rows taken in `[from_ns, to_ns]`.
+    fn rows_between(&self, from_ns: u64, to_ns: u64) -> impl Iterator<Item = usize> + '_ {
+        (0..self.rows()).filter(move |&row| (from_ns..=to_ns).contains(&(self.start_ns + self.offset_ns[row] as u64)))
     }
 
     fn bytes(&self) -> usize {
@@ -107,7 +113,6 @@ impl Chunk {
             + self.threads.capacity() * std::mem::size_of::<(u64, String, bool)>()
             + self.threads.iter().map(|t| t.1.capacity()).sum::<usize>()
             + self.thread_index.capacity() * (8 + 2 + 1)
-            + self.stacks.bytes_used()
     }
 }
 
@@ -144,6 +149,10 @@ pub struct History {
     spare: Vec<Chunk>,
     chunk_span_ns: u64,
     max_bytes: usize,
+    /// The stacks of every chunk's rows.
+    stacks: StackTable,
+    /// Nodes the table kept when it was last compacted.
+    compacted_nodes: usize,
     /// The last row of each thread, for runs: (chunk start, row).
     last: FxHashMap<u64, (u64, u32)>,
     names: FxHashMap<u64, (String, bool)>,
@@ -160,6 +169,8 @@ impl History {
             spare: Vec::new(),
             chunk_span_ns: chunk_span_ns.clamp(1_000_000, MAX_CHUNK_SPAN_NS),
             max_bytes,
+            stacks: StackTable::new(MAX_NODES),
+            compacted_nodes: 0,
             last: FxHashMap::default(),
             names: FxHashMap::default(),
             dropped: 0,
@@ -192,26 +203,23 @@ impl History {
         if let Some(current) = self.chunks.back_mut() {
             current.seal();
         }
-        let mut c =
-            self.spare.pop().unwrap_or_else(|| Chunk { stacks: StackTable::new(CHUNK_NODES), ..Default::default() });
+        let mut c = self.spare.pop().unwrap_or_default();
         c.reset(time_ns);
         self.chunks.push_back(c);
     }
 
-    /// The chunk `s` goes to, opening one when the current one is full,
-    /// spans too long, or starts after `s`.
-    fn chunk_for(&mut self, time_ns: u64) -> &mut Chunk {
+    /// Opens a chunk for a sample taken at `time_ns` when the current one
+    /// is full, spans too long, or starts after it.
+    fn chunk_for(&mut self, time_ns: u64) {
         let fits = self.chunks.back().is_some_and(|c| {
             time_ns >= c.start_ns
                 && time_ns - c.start_ns < self.chunk_span_ns
                 && c.rows() < CHUNK_ROWS
                 && c.threads.len() < CHUNK_THREADS
-                && c.stacks.node_count() < CHUNK_NODES
         });
         if !fits {
             self.open_chunk(time_ns);
         }
-        self.chunks.back_mut().expect("a chunk was just opened")
     }
 
     pub fn push(&mut self, s: HistorySample<'_>) {
@@ -219,25 +227,32 @@ impl History {
         // Samples come in time order per thread, and nearly so across
         // threads (captures are collected a little after they are taken):
         // one a little older than the current chunk goes in it anyway.
-        let c = self.chunk_for(s.time_ns);
-        let time_ns = s.time_ns.max(c.start_ns);
-        let offset = (time_ns - c.start_ns) as u32;
-        let stack = match c.stacks.intern(s.frames) {
+        let stack = match self.stacks.intern(s.frames) {
             Ok(stack) => stack,
             Err(_) => {
-                // The table is full: the next sample starts a new chunk.
-                self.open_chunk(time_ns);
-                let c = self.chunks.back_mut().expect("a chunk was just opened");
-                match c.stacks.intern(s.frames) {
-                    Ok(stack) => stack,
-                    Err(_) => {
-                        self.dropped += 1;
-                        return;
+                // The table is full: the stacks of dropped chunks go, then
+                // the oldest chunks, until this one fits.
+                self.compact();
+                loop {
+                    match self.stacks.intern(s.frames) {
+                        Ok(stack) => break stack,
+                        Err(_) if self.chunks.len() > 1 => {
+                            self.truncated += 1;
+                            self.retire_oldest();
+                            self.compact();
+                        }
+                        Err(_) => {
+                            self.dropped += 1;
+                            return;
+                        }
                     }
                 }
             }
         };
-        let c = self.chunks.back_mut().expect("the chunk the stack went to");
+        self.chunk_for(s.time_ns);
+        let c = self.chunks.back_mut().expect("chunk_for opens a chunk");
+        let time_ns = s.time_ns.max(c.start_ns);
+        let offset = (time_ns - c.start_ns) as u32;
         c.end_ns = c.end_ns.max(time_ns);
         if let Some(&(chunk, row)) = self.last.get(&s.tid) {
             let row = row as usize;
@@ -294,9 +309,13 @@ impl History {
         while self.chunks.len() > 1 && self.chunks.front().is_some_and(|c| c.end_ns < from_ns) {
             self.retire_oldest();
         }
+        if self.stacks.node_count() >= (2 * self.compacted_nodes).max(COMPACT_MIN_NODES) {
+            self.compact();
+        }
         while self.chunks.len() > 1 && self.bytes() > self.max_bytes {
             self.truncated += 1;
             self.retire_oldest();
+            self.compact();
         }
         if self.last.len() > 4 * self.chunks.iter().map(|c| c.threads.len()).sum::<usize>() + 64 {
             let live: rustc_hash::FxHashSet<u64> =
@@ -304,6 +323,23 @@ impl History {
             self.last.retain(|tid, _| live.contains(tid));
             self.names.retain(|tid, _| live.contains(tid));
         }
+    }
+
+    /// Drops the stacks no row uses any more.
+    fn compact(&mut self) {
+        let mut keep = vec![false; self.stacks.node_count()];
+        for c in &self.chunks {
+            for &stack in &c.stack {
+                keep[stack as usize] = true;
+            }
+        }
+        let map = self.stacks.retain(&mut keep);
+        for c in self.chunks.iter_mut() {
+            for stack in c.stack.iter_mut() {
+                *stack = map[*stack as usize];
+            }
+        }
+        self.compacted_nodes = self.stacks.node_count();
     }
 
     fn retire_oldest(&mut self) {
@@ -324,6 +360,7 @@ impl History {
 
     pub fn bytes(&self) -> usize {
         self.chunks.iter().chain(&self.spare).map(Chunk::bytes).sum::<usize>()
+            + self.stacks.bytes_used()
             + self.last.capacity() * (8 + 8 + 4 + 1)
             + self.names.capacity() * (8 + std::mem::size_of::<(String, bool)>() + 1)
     }
@@ -337,22 +374,35 @@ impl History {
         }
     }
 
-    /// The rows taken in `[from_ns, to_ns]`, with their stacks in one table.
+    /// The rows taken in `[from_ns, to_ns]`, with the stacks they use.
     pub fn window(&self, from_ns: u64, to_ns: u64) -> HistoryWindow {
         let mut out = HistoryWindow { stacks: StackTable::new(usize::MAX), ..Default::default() };
-        let mut thread_of: FxHashMap<u64, u32> = FxHashMap::default();
-        let mut node_map: Vec<u32> = Vec::new();
-        for c in self.chunks.iter().filter(|c| c.end_ns >= from_ns && c.start_ns <= to_ns) {
-            // Nodes come after their parents, so one pass maps them all.
-            node_map.clear();
-            for (i, (&frame, &parent)) in c.stacks.stack_frame.iter().zip(&c.stacks.stack_parent).enumerate() {
-                let parent = if parent < 0 { -1 } else { node_map[parent as usize] as i32 };
-                // The window's table is unbounded: it holds no more than
-                // the bounded chunks it is built from.
-                let node = out.stacks.intern_child(parent, c.stacks.frame_address[frame as usize]).unwrap_or(0);
-                debug_assert_eq!(node_map.len(), i);
-                node_map.push(node);
+        let in_window = || self.chunks.iter().filter(|c| c.end_ns >= from_ns && c.start_ns <= to_ns);
+        // The stacks the window's rows use and their ancestors, copied in
+        // the table's order (parents before children).
+        let mut used = vec![false; self.stacks.node_count()];
+        for c in in_window() {
+            for row in c.rows_between(from_ns, to_ns) {
+                used[c.stack[row] as usize] = true;
             }
+        }
+        for i in (0..used.len()).rev() {
+            let parent = self.stacks.stack_parent[i];
+            if used[i] && parent >= 0 {
+                used[parent as usize] = true;
+            }
+        }
+        let mut node_map = vec![u32::MAX; used.len()];
+        for (i, _) in used.iter().enumerate().filter(|(_, &u)| u) {
+            let parent = self.stacks.stack_parent[i];
+            let parent = if parent < 0 { -1 } else { node_map[parent as usize] as i32 };
+            let address = self.stacks.frame_address[self.stacks.stack_frame[i] as usize];
+            // The window's table is unbounded: it holds no more than the
+            // bounded table it is copied from.
+            node_map[i] = out.stacks.intern_child(parent, address).unwrap_or(0);
+        }
+        let mut thread_of: FxHashMap<u64, u32> = FxHashMap::default();
+        for c in in_window() {
             let threads: Vec<u32> = c
                 .threads
                 .iter()
@@ -363,11 +413,7 @@ impl History {
                     })
                 })
                 .collect();
-            for row in 0..c.rows() {
-                let t = c.start_ns + c.offset_ns[row] as u64;
-                if t < from_ns || t > to_ns {
-                    continue;
-                }
+            for row in c.rows_between(from_ns, to_ns) {
                 let thread = threads[c.thread[row] as usize];
                 // A later chunk may know a name the first one did not.
                 let (_, name, is_main) = &c.threads[c.thread[row] as usize];
@@ -377,7 +423,7 @@ impl History {
                     known.2 = *is_main;
                 }
                 out.thread.push(thread);
-                out.time_ns.push(t);
+                out.time_ns.push(c.start_ns + c.offset_ns[row] as u64);
                 out.stack.push(node_map[c.stack[row] as usize]);
                 out.weight_ns.push(c.weight_us[row] as u64 * 1000);
                 out.flags.push(c.flags[row]);
@@ -495,5 +541,42 @@ mod tests {
         h.push(HistorySample { tid: 3, time_ns: 20 * MS, frames: &[8], weight_ns: 10 * MS, flags: 0 });
         assert!(!h.extend_idle(3, 10 * MS), "its last row is not idle");
         assert_eq!(h.window(0, u64::MAX).weight_ns, vec![20 * MS, 10 * MS]);
+    }
+
+    #[test]
+    fn stacks_only_dropped_rows_used_are_removed() {
+        // 1 s kept, 1 kHz, every sample a new stack: the table follows the
+        // window, and the rows kept still read their own stacks.
+        let keep = 1_000 * MS;
+        let mut h = History::new(250 * MS, 1 << 30);
+        for i in 0..20_000u64 {
+            let t = i * MS;
+            h.push(sample(1, t, &[0x1000 + i, 0x20, 0x10], FLAG_CPU));
+            h.trim(t.saturating_sub(keep));
+        }
+        let rows = h.stats().rows as usize;
+        assert!(h.stacks.node_count() <= 2 * rows.max(COMPACT_MIN_NODES) + 2, "{} nodes", h.stacks.node_count());
+        let w = h.window(0, u64::MAX);
+        assert_eq!(w.time_ns.len(), rows);
+        for (&t, &s) in w.time_ns.iter().zip(&w.stack) {
+            assert_eq!(w.stacks.addresses(s), vec![0x1000 + t / MS, 0x20, 0x10]);
+        }
+        assert_eq!(h.stats().truncated, 0);
+    }
+
+    #[test]
+    fn a_stack_seen_all_through_the_window_is_stored_once() {
+        let keep = 10_000 * MS;
+        let mut h = History::new(History::span_for(keep), 1 << 30);
+        for tick in 0..6_000u64 {
+            let t = tick * 10 * MS;
+            for tid in 0..4u64 {
+                let frames: Vec<u64> = (0..40).map(|d| 0x1000 * (tid + 1) + d + (tick % 7) * 0x100).collect();
+                h.push(sample(tid, t, &frames, FLAG_CPU));
+            }
+            h.trim(t.saturating_sub(keep));
+        }
+        // 4 threads x 7 stacks x 40 frames, none shared between them.
+        assert_eq!(h.stacks.node_count(), 4 * 7 * 40);
     }
 }

@@ -149,15 +149,59 @@ impl StackTable {
         self.node_index.clear();
     }
 
-    /// Frees what only interning needs (the indexes) and spare capacity:
-    /// the table stays readable, and interning into it again starts over
-    /// (`clear` first).
-    pub fn seal(&mut self) {
-        self.frame_index = FxHashMap::default();
-        self.node_index = FxHashMap::default();
-        self.frame_address.shrink_to_fit();
-        self.stack_frame.shrink_to_fit();
-        self.stack_parent.shrink_to_fit();
+    /// Keeps the nodes marked in `keep`, their ancestors and the frames
+    /// they use, in their order, and drops the rest. Returns the new index
+    /// of each old node (`u32::MAX` for a dropped one). Memory held beyond
+    /// twice what is kept is given back.
+    pub fn retain(&mut self, keep: &mut [bool]) -> Vec<u32> {
+        let n = self.node_count();
+        assert_eq!(keep.len(), n, "one mark per node");
+        // Parents come before their children: one backward pass marks
+        // every ancestor of a kept node.
+        for i in (0..n).rev() {
+            let parent = self.stack_parent[i];
+            if keep[i] && parent >= 0 {
+                keep[parent as usize] = true;
+            }
+        }
+        let mut frame_kept = vec![false; self.frame_count()];
+        for (&frame, _) in self.stack_frame.iter().zip(keep.iter()).filter(|(_, &k)| k) {
+            frame_kept[frame as usize] = true;
+        }
+        // New indexes never exceed old ones: both columns compact in place.
+        let mut frame_map = vec![u32::MAX; frame_kept.len()];
+        let mut frames = 0;
+        for (old, _) in frame_kept.iter().enumerate().filter(|(_, &k)| k) {
+            self.frame_address[frames] = self.frame_address[old];
+            frame_map[old] = frames as u32;
+            frames += 1;
+        }
+        let mut node_map = vec![u32::MAX; n];
+        let mut nodes = 0;
+        for old in 0..n {
+            if !keep[old] {
+                continue;
+            }
+            let parent = self.stack_parent[old];
+            self.stack_frame[nodes] = frame_map[self.stack_frame[old] as usize];
+            self.stack_parent[nodes] = if parent < 0 { -1 } else { node_map[parent as usize] as i32 };
+            node_map[old] = nodes as u32;
+            nodes += 1;
+        }
+        self.frame_address.truncate(frames);
+        self.stack_frame.truncate(nodes);
+        self.stack_parent.truncate(nodes);
+        if self.frame_address.capacity() > 2 * frames {
+            self.frame_address.shrink_to_fit();
+        }
+        if self.stack_frame.capacity() > 2 * nodes {
+            self.stack_frame.shrink_to_fit();
+            self.stack_parent.shrink_to_fit();
+        }
+        self.frame_index = self.frame_address.iter().enumerate().map(|(i, &a)| (a, i as u32)).collect();
+        self.node_index = (0..nodes).map(|i| ((self.stack_parent[i], self.stack_frame[i]), i as u32)).collect();
+        self.contents = NEXT_CONTENTS.fetch_add(1, Ordering::Relaxed);
+        node_map
     }
 
     /// The addresses of a stack, leaf first.
@@ -263,5 +307,34 @@ mod tests {
         let mut t = StackTable::new(10);
         let s = t.intern(&[]).unwrap();
         assert_eq!(t.addresses(s), vec![0]);
+    }
+
+    #[test]
+    fn retain_keeps_marked_stacks_and_their_ancestors() {
+        let mut t = StackTable::new(100);
+        let a = t.intern(&[3, 2, 1]).unwrap();
+        let b = t.intern(&[9, 8]).unwrap();
+        let c = t.intern(&[4, 2, 1]).unwrap();
+        let d = t.intern(&[5, 4, 2, 1]).unwrap();
+        let mut keep = vec![false; t.node_count()];
+        keep[c as usize] = true;
+        keep[b as usize] = true;
+        let map = t.retain(&mut keep);
+        assert_eq!(map[a as usize], u32::MAX);
+        assert_eq!(map[d as usize], u32::MAX, "a child of a kept node is not kept");
+        assert_eq!(t.addresses(map[c as usize]), vec![4, 2, 1]);
+        assert_eq!(t.addresses(map[b as usize]), vec![9, 8]);
+        assert_eq!((t.node_count(), t.frame_count()), (5, 5));
+        // The indexes follow: known stacks keep their node, new ones are added.
+        assert_eq!(t.intern(&[4, 2, 1]), Ok(map[c as usize]));
+        let e = t.intern(&[3, 2, 1]).unwrap();
+        assert_eq!(t.addresses(e), vec![3, 2, 1]);
+        assert_eq!(t.node_count(), 6);
+        // Nothing kept: an empty table that still works.
+        let mut none = vec![false; t.node_count()];
+        assert!(t.retain(&mut none).iter().all(|&m| m == u32::MAX));
+        assert_eq!((t.node_count(), t.frame_count()), (0, 0));
+        let f = t.intern(&[7]).unwrap();
+        assert_eq!(t.addresses(f), vec![7]);
     }
 }

@@ -386,12 +386,7 @@ impl History {
                 used[c.stack[row] as usize] = true;
             }
         }
-        for i in (0..used.len()).rev() {
-            let parent = self.stacks.stack_parent[i];
-            if used[i] && parent >= 0 {
-                used[parent as usize] = true;
-            }
-        }
+        self.stacks.mark_ancestors(&mut used);
         let mut node_map = vec![u32::MAX; used.len()];
         for (i, _) in used.iter().enumerate().filter(|(_, &u)| u) {
             let parent = self.stacks.stack_parent[i];

@@ -149,6 +149,17 @@ impl StackTable {
         self.node_index.clear();
     }
 
+    /// Marks every ancestor of a marked node (`marks`: one per node).
+    pub fn mark_ancestors(&self, marks: &mut [bool]) {
+        // Parents come before their children: one backward pass is enough.
+        for i in (0..marks.len().min(self.node_count())).rev() {
+            let parent = self.stack_parent[i];
+            if marks[i] && parent >= 0 {
+                marks[parent as usize] = true;
+            }
+        }
+    }
+
     /// Keeps the nodes marked in `keep`, their ancestors and the frames
     /// they use, in their order, and drops the rest. Returns the new index
     /// of each old node (`u32::MAX` for a dropped one). Memory held beyond
@@ -156,14 +167,7 @@ impl StackTable {
     pub fn retain(&mut self, keep: &mut [bool]) -> Vec<u32> {
         let n = self.node_count();
         assert_eq!(keep.len(), n, "one mark per node");
-        // Parents come before their children: one backward pass marks
-        // every ancestor of a kept node.
-        for i in (0..n).rev() {
-            let parent = self.stack_parent[i];
-            if keep[i] && parent >= 0 {
-                keep[parent as usize] = true;
-            }
-        }
+        self.mark_ancestors(keep);
         let mut frame_kept = vec![false; self.frame_count()];
         for (&frame, _) in self.stack_frame.iter().zip(keep.iter()).filter(|(_, &k)| k) {
             frame_kept[frame as usize] = true;

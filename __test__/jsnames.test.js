@@ -248,6 +248,52 @@ describeLinux('JavaScript names without flags', () => {
   })
 })
 
+// From their first samples, threads' JavaScript frames are named under
+// `record`: a worker sampled before its isolate is registered (or after it
+// is gone) is placed through its own copy of V8's builtins, and an
+// interpreted frame stopped at its function's entry (where V8 serves
+// interrupts, the sampler's own among them) is its function's.
+describeLinux('names from the first samples', () => {
+  const h = require('./fixtures/cli-helpers')
+  const ms = require('..')
+  const FIXTURE = path.join(__dirname, 'fixtures', 'named-workers.js')
+
+  test.each(MAJORS)('Node %i: at most 2 %% of any thread\'s samples have an unnamed JavaScript frame', (major) => {
+    const node = fetchNode(major)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-first-'))
+    try {
+      const out = path.join(dir, 'p.machprof')
+      const r = h.cli(['record', '-q', '--interval', '1', '-o', out, '--', node, FIXTURE, '1500'])
+      if (r.status !== 0) throw new Error(`record failed (${r.status}): ${r.stderr}`)
+      const p = ms.loadProfile(out)
+      const { name, kind } = p.symbols.functions
+      const unnamedJs = (f) => {
+        const fn = p.symbols.frameFunction[f]
+        return kind[fn] !== 'native' && /^0x/.test(name[fn])
+      }
+      const per = new Map()
+      for (let i = 0; i < p.samples.stack.length; i++) {
+        const t = p.threads[p.samples.thread[i]]
+        const e = per.get(t.tid) || { role: t.role, rows: 0, unnamed: 0, js: false }
+        e.rows++
+        let bad = false
+        for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) {
+          const f = p.stacks.frame[n]
+          if (unnamedJs(f)) bad = true
+          if (kind[p.symbols.frameFunction[f]] === 'js') e.js = true
+        }
+        if (bad) e.unnamed++
+        per.set(t.tid, e)
+      }
+      const js = [...per.values()].filter((e) => e.js && e.rows >= 100)
+      expect(js.map((e) => e.role.split(' ')[0]).sort()).toEqual(['main', 'worker', 'worker'])
+      for (const e of js) expect({ ...e, share: e.unnamed / e.rows <= 0.02 }).toEqual({ ...e, share: true })
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120000)
+})
+
 // Functions that optimized code inlined: `machsampler record` has V8 log
 // what it inlined (node only) and splits the frames of calls made from
 // inlined code back out, as V8's own profiler does. The fixture's `mid`,

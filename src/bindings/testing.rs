@@ -42,7 +42,7 @@ fn describe(map: &CodeMap, frames: &[u64], t: u64, ranges: Option<events::V8Rang
                     json!({
                         "addr": hex(a), "name": n.display, "raw": h.raw, "js": n.is_js,
                         "tier": n.tier.map(String::from), "kind": format!("{:?}", h.kind),
-                        "exact": h.exact, "offset": canonical - h.start, "len": h.len, "region": region,
+                        "exact": h.exact, "offset": canonical.saturating_sub(h.start), "len": h.len, "region": region,
                     })
                 }
                 None => json!({ "addr": hex(a), "name": null, "region": region }),

@@ -356,6 +356,14 @@ impl CodeMap {
     /// Every entry (live or dead) that covers `addr`, as (born, died,
     /// raw name); `died` is `u64::MAX` for a live entry.
     pub fn covering(&self, addr: u64) -> Vec<(u64, u64, &str)> {
+        let out = self.covering_exactly(addr);
+        match self.at_function_entry(addr) {
+            Some(first) if out.is_empty() => self.covering_exactly(first),
+            _ => out,
+        }
+    }
+
+    fn covering_exactly(&self, addr: u64) -> Vec<(u64, u64, &str)> {
         let mut out = Vec::new();
         for (&(s, _), e) in self.entries.range(..=(addr, u64::MAX)).rev() {
             if addr - s >= self.max_len {
@@ -366,6 +374,17 @@ impl CodeMap {
             }
         }
         out
+    }
+
+    /// An interpreted frame stopped at its function's entry (the stack
+    /// check of V8's interpreter entry, where interrupts are served) has
+    /// V8's entry offset, -1: its bytecode address is one byte before the
+    /// first bytecode. Returns that first bytecode's address if some
+    /// bytecode starts right after `addr` (callers ask only for addresses
+    /// nothing covers).
+    fn at_function_entry(&self, addr: u64) -> Option<u64> {
+        let next = addr.checked_add(1)?;
+        self.entries.range((next, 0)..=(next, u64::MAX)).any(|(_, e)| e.kind == CodeKind::Bytecode).then_some(next)
     }
 
     /// The live entries that start in `[start, end)`, as (start, len, raw
@@ -380,7 +399,14 @@ impl CodeMap {
 
     /// The code that covered `addr` at time `t`. If no entry was alive
     /// then, the entry covering `addr` nearest in time, marked not exact.
+    /// An interpreted frame at its function's entry (one byte before the
+    /// first bytecode, see `at_function_entry`) gets its bytecode's entry,
+    /// which then starts after `addr`.
     pub fn lookup(&self, addr: u64, t: u64) -> Option<Hit<'_>> {
+        self.lookup_exactly(addr, t).or_else(|| self.lookup_exactly(self.at_function_entry(addr)?, t))
+    }
+
+    fn lookup_exactly(&self, addr: u64, t: u64) -> Option<Hit<'_>> {
         // Fast path: the live entry, if it was already born.
         if let Some((&s, &seq)) = self.live.range(..=addr).next_back() {
             if let Some(e) = self.entries.get(&(s, seq)) {
@@ -580,6 +606,24 @@ mod tests {
         // A move with no length keeps the old one.
         m.move_code(0x9000, 0xa000, None, 120);
         assert_eq!(m.lookup(0xa03f, 130).unwrap().len, 0x40);
+    }
+
+    #[test]
+    fn an_interpreted_frame_at_its_function_entry_is_named() {
+        // V8's entry offset (-1) puts the frame one byte before the first
+        // bytecode; for machine code the byte before is no such position.
+        let mut m = CodeMap::default();
+        m.add(0x1000, 0x40, CodeKind::Bytecode, "JS:~f /f.js:1:1", 1, 10);
+        m.add(0x2000, 0x40, CodeKind::Jit, "JS:*g /g.js:1:1", 1, 10);
+        assert_eq!(m.lookup(0xfff, 20).map(|h| (h.raw, h.start)), Some(("JS:~f /f.js:1:1", 0x1000)));
+        assert_eq!(m.covering(0xfff).len(), 1);
+        assert!(m.lookup(0x1fff, 20).is_none() && m.covering(0x1fff).is_empty());
+        assert!(m.lookup(0xffe, 20).is_none());
+        // An address some code covers is that code's, whatever starts next.
+        m.add(0x3000, 0x10, CodeKind::Jit, "JS:*h /h.js:1:1", 1, 10);
+        m.add(0x3010, 0x40, CodeKind::Bytecode, "JS:~i /i.js:1:1", 1, 10);
+        assert_eq!(m.lookup(0x300f, 20).map(|h| h.raw), Some("JS:*h /h.js:1:1"));
+        assert_eq!(m.covering(0x300f).len(), 1);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::sync::{Mutex, PoisonError};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::api::CodeRange;
 use super::events::{code_map, V8Ranges};
 use super::merge::{is_interpreter_name, AddrClass, Merged, Merger};
 use super::slots;
@@ -44,6 +45,41 @@ pub fn forget_ranges(tid: u64) {
         m.remove(&tid);
     }
     RANGES_VERSION.fetch_add(1, Ordering::Release);
+}
+
+/// Every copy of the builtins seen in the process's mappings, registered
+/// isolates' or not (a worker's before it registers and after it
+/// unregisters), newest last.
+static ALIASES: Mutex<Vec<CodeRange>> = Mutex::new(Vec::new());
+/// Copies remembered at most (each isolate with its own code range has one;
+/// an address range is often reused by the next worker).
+const MAX_ALIASES: usize = 256;
+
+/// Takes note of the builtins' copies in `maps` (the text of
+/// `/proc/self/maps`), once some isolate has told where the builtins are.
+pub fn note_maps(maps: &str) {
+    let embedded = {
+        let ranges = RANGES.lock().unwrap_or_else(PoisonError::into_inner);
+        match ranges.as_ref().and_then(|m| m.values().find(|r| r.embedded.len > 0)) {
+            Some(r) => r.embedded,
+            None => return,
+        }
+    };
+    let found = super::remap::find_aliases(&super::remap::parse_maps(maps), embedded);
+    let mut known = ALIASES.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut changed = false;
+    for alias in found {
+        if !known.contains(&alias) {
+            if known.len() >= MAX_ALIASES {
+                known.remove(0);
+            }
+            known.push(alias);
+            changed = true;
+        }
+    }
+    if changed {
+        RANGES_VERSION.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// V8's builtins (the embedded blob and its remapped copy) of every
@@ -202,6 +238,9 @@ pub struct V8JsFrames {
     /// `check_known`).
     checked: FxHashMap<u64, u32>,
     modules: ModuleImages,
+    /// Every copy of the builtins known, and the binary's own.
+    aliases: Vec<CodeRange>,
+    embedded: CodeRange,
 }
 
 /// JS samples of each thread whose addresses are checked against the code
@@ -219,8 +258,34 @@ impl V8JsFrames {
         let version = RANGES_VERSION.load(Ordering::Acquire);
         if version != self.ranges_version {
             self.ranges = RANGES.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default();
+            self.aliases = ALIASES.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            for r in self.ranges.values().filter(|r| r.embedded_alias.len > 0) {
+                if !self.aliases.contains(&r.embedded_alias) {
+                    self.aliases.push(r.embedded_alias);
+                }
+            }
+            self.embedded = self.ranges.values().map(|r| r.embedded).find(|e| e.len > 0).unwrap_or_default();
             self.ranges_version = version;
         }
+    }
+
+    /// The ranges of thread `tid`: those it registered with, or, for a
+    /// thread not registered (yet, or any more) whose stack runs through a
+    /// copy of the builtins, that copy's, so its interpreted frames are
+    /// placed and its builtins named all the same. Without a JIT code
+    /// range: its compiled frames are named when the session ends, from
+    /// their addresses alone.
+    fn ranges_of(&self, tid: u64, frames: &[u64]) -> (V8Ranges, bool) {
+        if let Some(r) = self.ranges.get(&tid) {
+            return (*r, true);
+        }
+        if self.embedded.len == 0 {
+            return (V8Ranges::default(), false);
+        }
+        let alias = frames.iter().find_map(|&a| self.aliases.iter().rev().find(|c| c.contains(a)).copied());
+        let unregistered =
+            V8Ranges { embedded: self.embedded, embedded_alias: alias.unwrap_or_default(), ..Default::default() };
+        (unregistered, false)
     }
 }
 
@@ -360,10 +425,10 @@ fn own_stack_top() -> Option<u64> {
 impl StackRewrite for V8JsFrames {
     fn rewrite(&mut self, c: &CapturedStack<'_>, out: &mut Vec<u64>) {
         self.refresh();
-        let ranges = self.ranges.get(&c.tid).copied().unwrap_or_default();
+        let (ranges, registered) = self.ranges_of(c.tid, c.frames);
         // The builtins are reported when the first isolate's handler is
         // installed (before sampling starts): read their names once.
-        if self.builtins.is_empty() && ranges.embedded.len > 0 {
+        if self.builtins.is_empty() && registered && ranges.embedded.len > 0 {
             self.builtins = Builtins::load(&ranges);
         }
         let builtins = &self.builtins;
@@ -440,7 +505,9 @@ impl StackRewrite for V8JsFrames {
         };
         self.merged.clear();
         self.merger.merge(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
-        self.check_known(c.tid);
+        if registered {
+            self.check_known(c.tid);
+        }
         for m in &self.merged {
             match *m {
                 // A builtin run from the copy V8 remapped into its code

@@ -55,16 +55,28 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 
 /// The copy of `embedded` mapped inside `code`, if any.
 pub fn find_alias(maps: &[Mapping], embedded: CodeRange, code: CodeRange) -> Option<CodeRange> {
-    if embedded.len == 0 || code.len == 0 {
+    if code.len == 0 {
         return None;
     }
-    let home = maps.iter().find(|m| m.start <= embedded.start && embedded.start < m.end && m.inode != 0)?;
+    find_aliases(maps, embedded).into_iter().find(|a| code.contains(a.start))
+}
+
+/// Every copy of `embedded` mapped anywhere: one per isolate that has its
+/// own code range (each worker's among them), whether or not it is
+/// registered.
+pub fn find_aliases(maps: &[Mapping], embedded: CodeRange) -> Vec<CodeRange> {
+    if embedded.len == 0 {
+        return Vec::new();
+    }
+    let Some(home) = maps.iter().find(|m| m.start <= embedded.start && embedded.start < m.end && m.inode != 0) else {
+        return Vec::new();
+    };
     let file_offset = embedded.start - home.start + home.offset;
     maps.iter()
         .filter(|m| m.exec && m.inode == home.inode && m.dev == home.dev && m.start != home.start)
-        .filter(|m| code.contains(m.start))
-        .find(|m| m.offset <= file_offset && file_offset - m.offset < m.end - m.start)
+        .filter(|m| m.offset <= file_offset && file_offset - m.offset < m.end - m.start)
         .map(|m| CodeRange { start: m.start + (file_offset - m.offset), len: embedded.len })
+        .collect()
 }
 
 /// A mapped region, for [`find_copy`].
@@ -173,6 +185,21 @@ mod tests {
         let code18 = CodeRange { start: 0x5238000, len: 128 << 20 };
         assert_eq!(find_alias(&parse_maps(node18), CodeRange { start: 0x168a240, len: 1419648 }, code18), None);
         assert!(parse_maps("garbage\n\nzz-yy r-xp 0 0 0").is_empty());
+    }
+
+    #[test]
+    fn finds_every_isolate_copy() {
+        // The main thread's and two workers' copies, each in its own code
+        // range; a mapping of another file at the same offset is none.
+        let maps = format!(
+            "{MAPS}7f6900000000-7f6900200000 r-xp 014c4000 fe:00 5398817 /opt/node/bin/node\n\
+             7f6a00000000-7f6a00200000 r-xp 014c4000 fe:00 5398817 /opt/node/bin/node\n\
+             7f6b00000000-7f6b00200000 r-xp 014c4000 fe:00 9 /other\n"
+        );
+        let embedded = CodeRange { start: 0x18c4000, len: 1645248 };
+        let starts: Vec<u64> = find_aliases(&parse_maps(&maps), embedded).iter().map(|a| a.start).collect();
+        assert_eq!(starts, vec![0x7f6893e40000, 0x7f6900000000, 0x7f6a00000000]);
+        assert!(find_aliases(&parse_maps(&maps), CodeRange::default()).is_empty());
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn inlined_at(map: &CodeMap, inlines: &InlineLog, names: &mut Names, addr: u64, 
         return Vec::new();
     }
     // A return address is one past its call.
-    let offset = (addr - hit.start).saturating_sub(1);
+    let offset = addr.saturating_sub(hit.start).saturating_sub(1);
     inlines.chain(hit.start, hit.len, name, offset).into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
 }
 

@@ -363,6 +363,7 @@ impl LinuxBackend {
             let jit = code::jit_regions(&maps.text, |r| u.has_module_in(r));
             u.set_jit_regions(jit);
         }
+        crate::v8::frames::note_maps(&maps.text);
         Some(maps)
     }
 
@@ -581,7 +582,11 @@ impl LinuxBackend {
         self.learn_stack(slot, d, &copy, end);
         // Words below each frame pointer, and the word at sp, for V8.
         self.words.clear();
-        let js = crate::v8::thread_registered(tid);
+        // A thread in V8's code before its isolate is registered (or after
+        // it unregistered) gets its interpreted frames read all the same.
+        let js = crate::v8::thread_registered(tid)
+            || (signal::js_frames()
+                && self.unwinder.as_ref().is_some_and(|u| self.unwound.frames.iter().any(|&a| u.in_jit(a))));
         if js && copy_words > 0 {
             let fps = &self.unwound.fps[..self.unwound.fps.len().min(capture::RUNTIME_FRAMES * 2)];
             crate::v8::slots::words_below(fps, |a| copy.read(a), &mut self.words);

@@ -286,6 +286,11 @@ pub fn set_js_frames(on: bool) {
     JS_FRAMES.store(on, Ordering::Release);
 }
 
+/// Whether JavaScript frames are wanted (see [`set_js_frames`]).
+pub fn js_frames() -> bool {
+    JS_FRAMES.load(Ordering::Acquire)
+}
+
 /// Sets how many waiting records wake the sampler early.
 pub fn set_wake_threshold(n: u32) {
     WAKE_AT.store(n.max(1), Ordering::Release);

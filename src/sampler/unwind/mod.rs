@@ -148,6 +148,11 @@ impl Unwinder {
         self.places.get_or(addr, || Place::of(&self.code, addr))
     }
 
+    /// Whether `addr` is in executable memory outside any module.
+    pub fn in_jit(&self, addr: u64) -> bool {
+        self.place(addr) == Place::Jit
+    }
+
     /// Sets the code that keeps frame pointers without unwind information.
     pub fn set_frame_pointer_code(&mut self, ranges: Vec<Range<u64>>) {
         self.code.frame_pointer_code = RangeSet::new(ranges);

@@ -313,6 +313,12 @@ export interface ProfileMeta {
   arch: string
   /** Process id of the profiled process. */
   pid: number
+  /**
+   * What a sample's time is: `'cpu'` (its thread's CPU time) or
+   * `'wall'` (wall-clock time, waiting included); `''` in profiles
+   * written before it was recorded.
+   */
+  mode: 'cpu' | 'wall' | ''
 }
 
 /**
@@ -352,6 +358,8 @@ export interface ProfileSummary {
   platform: string
   arch: string
   pid: number
+  /** What a sample's time is: `'cpu'`, `'wall'`, or `''` (not recorded). */
+  mode: 'cpu' | 'wall' | ''
   /** Length of the session, nanoseconds. */
   durationNs: number
   /** Sampling interval, nanoseconds. */
@@ -563,7 +571,7 @@ export interface StartOptions {
    */
   mode?: 'cpu' | 'wall'
   /**
-   * Stop sampling after this many milliseconds (an integer from 1 up),
+   * Stop sampling after this many milliseconds (an integer from 1 to 10^12),
    * however busy JavaScript is; `stop()` still ends the session and
    * returns the profile.
    */

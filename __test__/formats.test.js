@@ -71,14 +71,14 @@ test('pprof decodes with pprof-format: types, counts, names, mappings, labels', 
   expect(raw[0]).toBe(0x1f) // gzipped
   const p = PprofProfile.decode(zlib.gunzipSync(raw))
   const str = (i) => p.stringTable.strings[Number(i)]
-  expect(p.sampleType.map((t) => `${str(t.type)}/${str(t.unit)}`).slice(0, 2)).toEqual([
-    'samples/count',
-    'wall/nanoseconds',
-  ])
+  // The demo is recorded in CPU mode: its samples are CPU time, and say so.
+  expect(profile.meta.mode).toBe('cpu')
+  expect(p.sampleType.map((t) => `${str(t.type)}/${str(t.unit)}`)).toEqual(['samples/count', 'cpu/nanoseconds'])
+  expect(`${str(p.periodType.type)}/${str(p.periodType.unit)}`).toBe('cpu/nanoseconds')
   const count = p.sample.reduce((n, s) => n + Number(s.value[0]), 0)
   expect(count).toBe(totalSamples)
-  const wall = p.sample.reduce((n, s) => n + Number(s.value[1]), 0)
-  expect(wall).toBe(totalSamples * Number(profile.intervalNs))
+  const cpu = p.sample.reduce((n, s) => n + Number(s.value[1]), 0)
+  expect(cpu).toBe(totalSamples * Number(profile.intervalNs))
   expect(Number(p.period)).toBe(Number(profile.intervalNs))
   const fnNames = p.function.map((f) => str(f.name)).join('\n')
   expect(fnNames).toContain('fibonacciOnMainThread')
@@ -428,6 +428,20 @@ describe('withProfiler and profile()', () => {
     const later = ms.profile(async (v) => v * 2, { onProfile: (p) => got.push(p) })
     expect(await later(4)).toBe(8)
     expect(got).toHaveLength(2)
+  })
+
+  test('an overlapping call of an async profiled function rejects with EAGAIN, a sync one throws', async () => {
+    let release
+    const slow = ms.profile(async () => new Promise((r) => (release = r)), { symbolicate: false })
+    const first = slow()
+    const second = slow()
+    expect(second).toBeInstanceOf(Promise)
+    await expect(second).rejects.toMatchObject({ code: 'EAGAIN' })
+    const sync = ms.profile(() => 1, { symbolicate: false })
+    expect(() => sync()).toThrow(expect.objectContaining({ code: 'EAGAIN' }))
+    release(7)
+    expect(await first).toBe(7)
+    expect(ms.isRunning()).toBe(false)
   })
 
   test('bad options are EINVAL and name the valid keys', () => {

@@ -141,11 +141,14 @@ function costLines(summary) {
   ]
 }
 
+// What one sample's interval is, by the mode the profile was recorded in.
+const TIME_OF = { cpu: ' of CPU time', wall: ' of wall-clock time' }
+
 /** The header lines, from a profile summary: duration, samples, threads, drops. */
 function overview(summary) {
   const s = summary.stats
   return [
-    `  duration  ${ms(summary.durationNs)}, sampling every ${ms(summary.intervalNs)}`,
+    `  duration  ${ms(summary.durationNs)}, sampling every ${ms(summary.intervalNs)}${TIME_OF[summary.mode] || ''}`,
     `  samples   ${int(summary.samples)} (${int(summary.idleSamples)} idle), ${int(s.samplesDropped)} dropped` +
       (s.ticksMissed ? `, ${int(s.ticksMissed)} ticks missed` : ''),
     `  threads   ${int(summary.threadsSampled)} sampled of ${int(summary.threadsSeen)} seen`,

@@ -515,6 +515,9 @@ pub struct JsProfileSummary {
     pub platform: String,
     pub arch: String,
     pub pid: u32,
+    /// What a sample's time is: `'cpu'`, `'wall'`, or `''` (not recorded).
+    #[napi(ts_type = "'cpu' | 'wall' | ''")]
+    pub mode: String,
     /// Length of the session, nanoseconds.
     pub duration_ns: f64,
     /// Sampling interval, nanoseconds.
@@ -549,6 +552,7 @@ impl JsProfileSummary {
             platform: d.meta.platform.clone(),
             arch: d.meta.arch.clone(),
             pid: d.meta.pid,
+            mode: d.meta.mode.clone(),
             duration_ns: d.end_ns.saturating_sub(d.start_ns) as f64,
             interval_ns: d.interval_ns as f64,
             samples: d.total_weight() as f64,

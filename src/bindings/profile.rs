@@ -102,6 +102,11 @@ pub struct JsProfileMeta {
     pub arch: String,
     /// Process id of the profiled process.
     pub pid: u32,
+    /// What a sample's time is: `'cpu'` (its thread's CPU time) or
+    /// `'wall'` (wall-clock time, waiting included); `''` in profiles
+    /// written before it was recorded.
+    #[napi(ts_type = "'cpu' | 'wall' | ''")]
+    pub mode: String,
 }
 
 /// Functions, one column per field; index `i` of each is function `i`.
@@ -181,7 +186,12 @@ impl<'env> JsProfile<'env> {
     pub fn from_data(env: &'env Env, d: &ProfileData) -> napi::Result<Self> {
         Ok(JsProfile {
             version: PROFILE_VERSION,
-            meta: JsProfileMeta { platform: d.meta.platform.clone(), arch: d.meta.arch.clone(), pid: d.meta.pid },
+            meta: JsProfileMeta {
+                platform: d.meta.platform.clone(),
+                arch: d.meta.arch.clone(),
+                pid: d.meta.pid,
+                mode: d.meta.mode.clone(),
+            },
             threads: d
                 .threads
                 .iter()
@@ -457,6 +467,13 @@ pub fn profile_from_js(value: Unknown) -> Result<ProfileData, &'static str> {
             platform: string(&meta, "platform", "profile.meta")?,
             arch: string(&meta, "arch", "profile.meta")?,
             pid: number(&meta, "pid", "profile.meta")? as u32,
+            mode: match optional(&meta, "mode")? {
+                Some(_) => match string(&meta, "mode", "profile.meta")?.as_str() {
+                    m @ ("cpu" | "wall" | "") => m.to_string(),
+                    _ => return Err(einval("profile.meta.mode must be 'cpu', 'wall' or '' (not recorded)")),
+                },
+                None => String::new(),
+            },
         },
         threads,
         sample_thread: u32_column(&samples, "thread", "profile.samples")?,

@@ -43,6 +43,16 @@ use crate::profile::ThreadRecord;
 use crate::profile::{stat_key, Function, FunctionKind, Meta, Module, ProcessInfo, ProfileData, Symbols};
 
 pub const MAGIC: &[u8; 8] = b"MACHPROF";
+
+/// A recorded mode this reader knows (`cpu`, `wall`); any other is read as
+/// not recorded, so a file from a later version still opens.
+fn known_mode(mode: String) -> String {
+    if mode == "cpu" || mode == "wall" {
+        mode
+    } else {
+        String::new()
+    }
+}
 pub const VERSION: u32 = 2;
 /// The oldest version this code reads. Version 1 has no
 /// `samples.weight` column (every row is one sample).
@@ -84,6 +94,9 @@ struct MetaJson {
     platform: String,
     arch: String,
     pid: u32,
+    /// Absent in files written before the mode was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    mode: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -207,6 +220,7 @@ pub fn encode(profile: &ProfileData, compress: bool) -> Vec<u8> {
             platform: profile.meta.platform.clone(),
             arch: profile.meta.arch.clone(),
             pid: profile.meta.pid,
+            mode: profile.meta.mode.clone(),
         },
         threads: profile
             .threads
@@ -433,7 +447,7 @@ fn parse_payload(payload: &[u8], version: u32) -> Result<ProfileData, String> {
         Vec::new()
     };
     let profile = ProfileData {
-        meta: Meta { platform: h.meta.platform, arch: h.meta.arch, pid: h.meta.pid },
+        meta: Meta { platform: h.meta.platform, arch: h.meta.arch, pid: h.meta.pid, mode: known_mode(h.meta.mode) },
         threads: h.threads.into_iter().map(|t| ThreadRecord { tid: t.tid, name: t.name, is_main: t.is_main }).collect(),
         processes: h.processes.into_iter().map(|p| ProcessInfo { pid: p.pid, command: p.command }).collect(),
         thread_process,
@@ -488,6 +502,7 @@ mod tests {
         // A tagged address without a name is kept as it is.
         p.frame_address[2] = crate::profile::JS_FRAME_TAG | 7;
         p.modules[0].end = u64::MAX;
+        p.meta.mode = "cpu".into();
         for symbols in [true, false] {
             if !symbols {
                 p.symbols = None;

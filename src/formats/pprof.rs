@@ -5,10 +5,13 @@
 //! fields of varints, strings and sub-messages, and a code generator would
 //! add a build step and a dependency for that.
 //!
-//! - Sample types: `samples/count`, `wall/nanoseconds` (samples times the
-//!   interval), and `cpu/nanoseconds` (the thread's CPU time since its
-//!   previous sample) when the platform measured any. The default sample
-//!   type is CPU when present, so `pprof -top` shows where the CPU went.
+//! - Sample types: `samples/count`, then, for a profile recorded in CPU
+//!   mode, `cpu/nanoseconds` (samples times the interval, which is CPU
+//!   time there) and a `cpu` period; otherwise `wall/nanoseconds` (samples
+//!   times the interval) and, when the platform measured any,
+//!   `cpu/nanoseconds` (the thread's CPU time since its previous sample),
+//!   with a `wall` period. The default sample type is CPU when present, so
+//!   `pprof -top` shows where the CPU went.
 //! - Samples are aggregated by (thread, stack, idle) and carry labels
 //!   `thread` (name), `tid` (number) and `state` (`running` or `idle`), so
 //!   `-tagfocus thread=…` or `-tagignore state=idle` select them.
@@ -114,12 +117,14 @@ fn value_type(strings: &mut Strings, ty: &str, unit: &str) -> Pb {
 
 pub fn export(profile: &ProfileData) -> Vec<u8> {
     let symbols = resolve(profile);
-    let has_cpu = profile.sample_cpu_delta_ns.iter().any(|&d| d > 0);
+    let cpu_time = profile.meta.is_cpu_time();
+    let has_cpu = !cpu_time && profile.sample_cpu_delta_ns.iter().any(|&d| d > 0);
     let mut strings = Strings::new();
     let mut out = Pb::default();
 
     // Field 1: sample types.
-    let mut types = vec![("samples", "count"), ("wall", "nanoseconds")];
+    let timed = if cpu_time { "cpu" } else { "wall" };
+    let mut types = vec![("samples", "count"), (timed, "nanoseconds")];
     if has_cpu {
         types.push(("cpu", "nanoseconds"));
     }
@@ -234,8 +239,8 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
 
     // Fields 9-12 and 14: time, duration, period, default sample type.
     let time_nanos = (profile.start_wall_ms * 1e6) as i64;
-    let period_type = value_type(&mut strings, "wall", "nanoseconds");
-    let default_type = strings.get(if has_cpu { "cpu" } else { "wall" });
+    let period_type = value_type(&mut strings, timed, "nanoseconds");
+    let default_type = strings.get(if has_cpu { "cpu" } else { timed });
     let comment = strings.get("recorded by machsampler");
 
     // Field 6: the string table, now complete.
@@ -327,5 +332,34 @@ mod tests {
             })
             .sum();
         assert_eq!(total, 4);
+    }
+
+    /// The sample types and the period type, as (type, unit) strings.
+    fn types(p: &ProfileData) -> (Vec<String>, String) {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&export(p)[..]).read_to_end(&mut raw).unwrap();
+        let f = fields(&raw);
+        let strings: Vec<String> =
+            f.iter().filter(|x| x.0 == 6).map(|x| String::from_utf8(x.2.clone()).unwrap()).collect();
+        let name = |m: &[u8]| {
+            let v = fields(m);
+            format!("{}/{}", strings[v[0].1 as usize], strings[v[1].1 as usize])
+        };
+        let sample_types = f.iter().filter(|x| x.0 == 1).map(|x| name(&x.2)).collect();
+        let period = f.iter().find(|x| x.0 == 11).map(|x| name(&x.2)).unwrap();
+        (sample_types, period)
+    }
+
+    #[test]
+    fn cpu_mode_samples_are_cpu_time_not_wall_time() {
+        let mut p = sample_profile();
+        p.meta.mode = "cpu".into();
+        assert_eq!(types(&p), (vec!["samples/count".into(), "cpu/nanoseconds".into()], "cpu/nanoseconds".into()));
+        p.meta.mode = "wall".into();
+        let wall = vec!["samples/count".into(), "wall/nanoseconds".into(), "cpu/nanoseconds".into()];
+        assert_eq!(types(&p), (wall.clone(), "wall/nanoseconds".into()));
+        // Not recorded (older files): as wall mode.
+        p.meta.mode.clear();
+        assert_eq!(types(&p), (wall, "wall/nanoseconds".into()));
     }
 }

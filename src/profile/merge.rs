@@ -64,6 +64,11 @@ pub fn merge(parts: Vec<ProfileData>, commands: &[String]) -> Result<ProfileData
             out.stats = p.stats.clone();
             first = false;
         } else {
+            // Processes recorded in different modes: their samples do not
+            // stand for the same kind of time.
+            if out.meta.mode != p.meta.mode {
+                out.meta.mode.clear();
+            }
             out.start_ns = out.start_ns.min(p.start_ns);
             out.end_ns = out.end_ns.max(p.end_ns);
             if p.start_wall_ms < out.start_wall_ms {

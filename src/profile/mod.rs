@@ -153,6 +153,10 @@ pub struct Meta {
     /// `x86_64` or `aarch64`.
     pub arch: String,
     pub pid: u32,
+    /// What a sample's time is: `cpu` (its thread's CPU time), `wall`
+    /// (wall-clock time, waiting included), or "" (not recorded: files
+    /// written before the mode was).
+    pub mode: String,
 }
 
 impl Meta {
@@ -161,7 +165,13 @@ impl Meta {
             platform: if cfg!(target_vendor = "apple") { "darwin".into() } else { std::env::consts::OS.into() },
             arch: std::env::consts::ARCH.into(),
             pid: std::process::id(),
+            mode: String::new(),
         }
+    }
+
+    /// Samples stand for CPU time.
+    pub fn is_cpu_time(&self) -> bool {
+        self.mode == "cpu"
     }
 }
 
@@ -213,8 +223,12 @@ impl ProfileData {
     pub fn from_recording(rec: Recording, js_names: Vec<String>, modules: Vec<Module>) -> Self {
         let (frame_address, stack_frame, stack_parent) = rec.stacks.into_columns();
         let s = rec.samples;
+        let mode = match rec.mode {
+            crate::sampler::backend::Mode::Cpu => "cpu",
+            crate::sampler::backend::Mode::Wall => "wall",
+        };
         ProfileData {
-            meta: Meta::current(),
+            meta: Meta { mode: mode.into(), ..Meta::current() },
             threads: rec.threads,
             sample_thread: s.thread,
             sample_time_ns: s.time_ns,

@@ -133,6 +133,8 @@ pub struct Recording {
     pub interval_ns: u64,
     /// Frames kept per stack at most.
     pub max_stack_depth: usize,
+    /// What a sample's time is.
+    pub mode: super::backend::Mode,
     /// Wall-clock time at `start_ns`, milliseconds since the Unix epoch.
     pub start_wall_ms: f64,
     pub stats: StatsSnapshot,
@@ -735,6 +737,7 @@ pub fn run<B: Backend>(
         end_ns,
         interval_ns: options.interval_ns,
         max_stack_depth: options.max_stack_depth,
+        mode: options.mode,
         start_wall_ms,
         stats: stats.snapshot(shared.registry.len() as u64),
     }

@@ -157,7 +157,8 @@ export interface ProfileFunctionOptions extends ProfilerOptions {
  * Wraps `fn` so that each call is profiled. The wrapper returns what `fn` returns (a
  * promise stays a promise); each call's profile goes to
  * `options.onProfile` and/or is saved to `options.output`. Calls must not
- * overlap: the sampler is process-wide (an overlapping call throws `EAGAIN`).
+ * overlap: the sampler is process-wide (an overlapping call throws `EAGAIN`;
+ * for an `async` function, its promise rejects with it).
  *
  * @throws `EINVAL` for bad options.
  */

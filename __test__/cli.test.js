@@ -335,6 +335,7 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ['unknown convert option', ['convert', machprof, '-o', W('o4.html'), '-z'], 2, "unknown option '-z'"],
     ['unknown command', ['frob'], 2, "unknown command 'frob'"],
     ['option without its value', ['report', machprof, '--top'], 2, "option '--top' needs a value"],
+    ['an option given twice', ['report', machprof, '--thread', 'worker', '--thread', 'main'], 2, "option '--thread' given twice ('worker', 'main')"],
     ['bad --interval', ['record', '--interval', '0', '-o', W('o5.html'), '--', NODE, h.BUSY], 2, 'intervalMs must be an integer from 1 to 1000'],
     ['non-numeric --interval', ['record', '--interval', 'fast', '-o', W('o6.html'), '--', NODE, h.BUSY], 2, "option '--interval' takes a decimal number, got 'fast'"],
     ['hexadecimal --interval', ['record', '--interval', '0x10', '-o', W('o6.html'), '--', NODE, h.BUSY], 2, "takes a decimal number, got '0x10'"],

@@ -110,8 +110,18 @@ function profile(fn, options) {
     if (own.onProfile) own.onProfile(out.profile)
     return out.result
   }
+  // An async function's caller handles failure on its promise: an error
+  // starting the sampler (EAGAIN, another call still running) is a
+  // rejection there, not a throw.
+  const isAsync = fn.constructor && fn.constructor.name === 'AsyncFunction'
   const wrapped = function (...args) {
-    const out = run(() => fn.apply(this, args), own, start)
+    let out
+    try {
+      out = run(() => fn.apply(this, args), own, start)
+    } catch (e) {
+      if (isAsync) return Promise.reject(e)
+      throw e
+    }
     return isThenable(out) ? out.then(deliver) : deliver(out)
   }
   Object.defineProperty(wrapped, 'name', { value: fn.name })

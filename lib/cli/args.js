@@ -69,6 +69,10 @@ function parse(argv, spec, { command, stopAtCommand = false } = {}) {
       if (i + 1 >= argv.length || argv[i + 1] === '--') throw new CliError(`option '--${name}' needs a value; ${help}`, USAGE)
       value = argv[++i]
     }
+    // Each option holds one value: a second one would silently win.
+    if (values[name] !== undefined && values[name] !== value) {
+      throw new CliError(`option '--${name}' given twice ('${values[name]}', '${value}'): give it once; ${help}`, USAGE)
+    }
     values[name] = value
   }
   return { values, positionals, dashDash }

@@ -273,7 +273,7 @@ pub struct JsStartOptions {
     /// waiting ones included (marked idle), to see where threads block.
     #[napi(ts_type = "'cpu' | 'wall'")]
     pub mode: Option<String>,
-    /// Stop sampling after this many milliseconds (an integer from 1 up),
+    /// Stop sampling after this many milliseconds (an integer from 1 to 10^12),
     /// however busy JavaScript is; `stop()` still ends the session and
     /// returns the profile.
     pub duration_ms: Option<f64>,

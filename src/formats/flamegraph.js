@@ -109,7 +109,7 @@
     }
     graph.style.height = (maxDepth + 1) * ROW + 'px'
     graph.innerHTML = html.join('')
-    matched.textContent = term ? 'Matched: ' + pct(hits, top.value) + ' of ' + esc(top.name).slice(0, 60) : ''
+    matched.textContent = term ? 'Matched: ' + pct(hits, top.value) + ' of ' + top.name.slice(0, 60) : ''
     resetBtn.disabled = state.zoom === null
   }
 

@@ -217,7 +217,7 @@ describe('saying so when something is off', () => {
     expect(r.status).toBe(0)
     const warnings = r.stderr.split('\n').filter((l) => l.includes('has no name'))
     expect(warnings).toHaveLength(1)
-    expect(warnings[0]).toMatch(/^machsampler: [\d.]+% of the main thread main \(\d+\)'s samples are in JavaScript that has no name/)
+    expect(warnings[0]).toMatch(/^machsampler: [\d.]+% of thread main \(\d+\)'s samples are in JavaScript that has no name/)
     expect(warnings[0]).toContain('--perf-map')
   }, 60000)
 })

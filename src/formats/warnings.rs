@@ -49,9 +49,8 @@ pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
     let Some(t) = worst else { return Vec::new() };
     let others = (0..per_thread.len()).filter(|&u| u != t && per_thread[u].1 > 0).count();
     let (running, without) = per_thread[t];
-    let what = if profile.threads[t].is_main { "the main thread" } else { "thread" };
     vec![format!(
-        "{:.1}% of {what} {}'s samples{} are in JavaScript that has no name (shown as 0x… addresses): \
+        "{:.1}% of thread {}'s samples{} are in JavaScript that has no name (shown as 0x… addresses): \
          V8 did not describe that code to the sampler (a worker's isolate it could not read, or code \
          compiled before sampling began). Record again with --perf-map, which has V8 write every \
          isolate's code names to /tmp/perf-<pid>.map.",
@@ -81,7 +80,7 @@ mod tests {
         let w = unnamed_js(&p);
         assert_eq!(w.len(), 1);
         assert!(
-            w[0].starts_with("100.0% of the main thread main (100)'s samples are in JavaScript that has no name"),
+            w[0].starts_with("100.0% of thread main (100)'s samples are in JavaScript that has no name"),
             "{}",
             w[0]
         );

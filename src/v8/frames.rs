@@ -47,13 +47,13 @@ pub fn forget_ranges(tid: u64) {
     RANGES_VERSION.fetch_add(1, Ordering::Release);
 }
 
-/// Every copy of the builtins seen in the process's mappings, registered
-/// isolates' or not (a worker's before it registers and after it
-/// unregisters), newest last.
+/// The copies of the builtins mapped when the sampler last read the
+/// process's mappings, registered isolates' or not (a worker's before it
+/// registers and after it unregisters). Only the present ones: an address
+/// range a worker's copy left may hold other code since.
 static ALIASES: Mutex<Vec<CodeRange>> = Mutex::new(Vec::new());
-/// Copies remembered at most (each isolate with its own code range has one;
-/// an address range is often reused by the next worker).
-const MAX_ALIASES: usize = 256;
+/// Copies remembered at most (one per isolate with its own code range).
+const MAX_ALIASES: usize = 1024;
 
 /// Takes note of the builtins' copies in `maps` (the text of
 /// `/proc/self/maps`), once some isolate has told where the builtins are.
@@ -65,19 +65,11 @@ pub fn note_maps(maps: &str) {
             None => return,
         }
     };
-    let found = super::remap::find_aliases(&super::remap::parse_maps(maps), embedded);
+    let mut found = super::remap::find_aliases(&super::remap::parse_maps(maps), embedded);
+    found.truncate(MAX_ALIASES);
     let mut known = ALIASES.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut changed = false;
-    for alias in found {
-        if !known.contains(&alias) {
-            if known.len() >= MAX_ALIASES {
-                known.remove(0);
-            }
-            known.push(alias);
-            changed = true;
-        }
-    }
-    if changed {
+    if *known != found {
+        *known = found;
         RANGES_VERSION.fetch_add(1, Ordering::Release);
     }
 }

@@ -315,8 +315,9 @@ export interface ProfileMeta {
   pid: number
   /**
    * What a sample's time is: `'cpu'` (its thread's CPU time) or
-   * `'wall'` (wall-clock time, waiting included); `''` in profiles
-   * written before it was recorded.
+   * `'wall'` (wall-clock time, waiting included); `''` when no one mode
+   * says it: profiles written before it was recorded, stall reports,
+   * profiles merged from both modes.
    */
   mode: 'cpu' | 'wall' | ''
 }

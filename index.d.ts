@@ -158,7 +158,8 @@ export interface ProfileFunctionOptions extends ProfilerOptions {
  * promise stays a promise); each call's profile goes to
  * `options.onProfile` and/or is saved to `options.output`. Calls must not
  * overlap: the sampler is process-wide (an overlapping call throws `EAGAIN`;
- * for an `async` function, its promise rejects with it).
+ * for a native `async` function its promise rejects with it, as with any
+ * error starting the sampler).
  *
  * @throws `EINVAL` for bad options.
  */

@@ -103,8 +103,9 @@ pub struct JsProfileMeta {
     /// Process id of the profiled process.
     pub pid: u32,
     /// What a sample's time is: `'cpu'` (its thread's CPU time) or
-    /// `'wall'` (wall-clock time, waiting included); `''` in profiles
-    /// written before it was recorded.
+    /// `'wall'` (wall-clock time, waiting included); `''` when no one mode
+    /// says it: profiles written before it was recorded, stall reports,
+    /// profiles merged from both modes.
     #[napi(ts_type = "'cpu' | 'wall' | ''")]
     pub mode: String,
 }

@@ -154,8 +154,10 @@ pub struct Meta {
     pub arch: String,
     pub pid: u32,
     /// What a sample's time is: `cpu` (its thread's CPU time), `wall`
-    /// (wall-clock time, waiting included), or "" (not recorded: files
-    /// written before the mode was).
+    /// (wall-clock time, waiting included), or "" when no one mode says it:
+    /// files written before the mode was recorded, stall reports (their
+    /// rows weigh CPU and wall-clock time each as taken), profiles merged
+    /// from both modes.
     pub mode: String,
 }
 

@@ -38,9 +38,9 @@ pub const MAX_RUN_NS: u64 = 100_000_000;
 const CHUNK_ROWS: usize = 1 << 16;
 /// Distinct threads per chunk at most.
 const CHUNK_THREADS: usize = u16::MAX as usize;
-/// Stack nodes in the shared table at most (the byte limit comes first
-/// with the usual limit).
-const MAX_NODES: usize = 1 << 22;
+/// Stack nodes in the shared table at most (about 21 bytes each: the
+/// usual byte limit comes first).
+const MAX_NODES: usize = 1 << 21;
 /// The table is not compacted below this many nodes.
 const COMPACT_MIN_NODES: usize = 1 << 14;
 /// Time offsets within a chunk are u32 nanoseconds.
@@ -153,6 +153,8 @@ pub struct History {
     stacks: StackTable,
     /// Nodes the table kept when it was last compacted.
     compacted_nodes: usize,
+    /// A chunk was dropped since: the table may hold stacks no row uses.
+    retired_since_compaction: bool,
     /// The last row of each thread, for runs: (chunk start, row).
     last: FxHashMap<u64, (u64, u32)>,
     names: FxHashMap<u64, (String, bool)>,
@@ -171,6 +173,7 @@ impl History {
             max_bytes,
             stacks: StackTable::new(MAX_NODES),
             compacted_nodes: 0,
+            retired_since_compaction: false,
             last: FxHashMap::default(),
             names: FxHashMap::default(),
             dropped: 0,
@@ -230,21 +233,21 @@ impl History {
         let stack = match self.stacks.intern(s.frames) {
             Ok(stack) => stack,
             Err(_) => {
-                // The table is full: the stacks of dropped chunks go, then
-                // the oldest chunks, until this one fits.
-                self.compact();
+                // The table is full: the stacks of chunks already dropped
+                // go first, then the oldest chunks with theirs, the
+                // current one last (the history starts over).
                 loop {
-                    match self.stacks.intern(s.frames) {
-                        Ok(stack) => break stack,
-                        Err(_) if self.chunks.len() > 1 => {
-                            self.truncated += 1;
-                            self.retire_oldest();
-                            self.compact();
-                        }
-                        Err(_) => {
+                    if !self.retired_since_compaction {
+                        if self.chunks.is_empty() {
                             self.dropped += 1;
                             return;
                         }
+                        self.truncated += 1;
+                        self.retire_oldest();
+                    }
+                    self.compact();
+                    if let Ok(stack) = self.stacks.intern(s.frames) {
+                        break stack;
                     }
                 }
             }
@@ -309,10 +312,14 @@ impl History {
         while self.chunks.len() > 1 && self.chunks.front().is_some_and(|c| c.end_ns < from_ns) {
             self.retire_oldest();
         }
-        if self.stacks.node_count() >= (2 * self.compacted_nodes).max(COMPACT_MIN_NODES) {
+        if self.retired_since_compaction
+            && self.stacks.node_count() >= (2 * self.compacted_nodes).max(COMPACT_MIN_NODES)
+        {
             self.compact();
         }
-        while self.chunks.len() > 1 && self.bytes() > self.max_bytes {
+        // Over the byte limit (a very high rate, or stacks that never
+        // repeat): the oldest chunks go, the current one last.
+        while !self.chunks.is_empty() && self.bytes() > self.max_bytes {
             self.truncated += 1;
             self.retire_oldest();
             self.compact();
@@ -340,10 +347,12 @@ impl History {
             }
         }
         self.compacted_nodes = self.stacks.node_count();
+        self.retired_since_compaction = false;
     }
 
     fn retire_oldest(&mut self) {
         if let Some(mut c) = self.chunks.pop_front() {
+            self.retired_since_compaction = true;
             c.reset(0);
             // One spare is enough for a steady rate; more would hold the
             // memory of a burst for ever.
@@ -544,19 +553,53 @@ mod tests {
         // window, and the rows kept still read their own stacks.
         let keep = 1_000 * MS;
         let mut h = History::new(250 * MS, 1 << 30);
-        for i in 0..20_000u64 {
+        // 100 000 samples: 100 002 nodes if nothing were removed.
+        for i in 0..100_000u64 {
             let t = i * MS;
             h.push(sample(1, t, &[0x1000 + i, 0x20, 0x10], FLAG_CPU));
             h.trim(t.saturating_sub(keep));
         }
         let rows = h.stats().rows as usize;
-        assert!(h.stacks.node_count() <= 2 * rows.max(COMPACT_MIN_NODES) + 2, "{} nodes", h.stacks.node_count());
+        assert!(rows < 2_000, "{rows} rows");
+        assert!(h.stacks.node_count() <= COMPACT_MIN_NODES + 2 * rows + 2, "{} nodes", h.stacks.node_count());
         let w = h.window(0, u64::MAX);
         assert_eq!(w.time_ns.len(), rows);
         for (&t, &s) in w.time_ns.iter().zip(&w.stack) {
             assert_eq!(w.stacks.addresses(s), vec![0x1000 + t / MS, 0x20, 0x10]);
         }
         assert_eq!(h.stats().truncated, 0);
+    }
+
+    #[test]
+    fn one_chunk_whose_stacks_never_repeat_stays_within_the_byte_limit() {
+        // A single chunk (4 s at 1 kHz) of deep stacks that never repeat:
+        // the limit drops the current chunk too, the history starts over,
+        // and every push stays cheap (no compaction per sample).
+        let limit = 4 << 20;
+        let mut h = History::new(4_000 * MS, limit);
+        let frames = |i: u64| -> Vec<u64> { (0..64).map(|d| (i << 8) | d).collect() };
+        for i in 0..4_000u64 {
+            h.push(sample(1, i * MS, &frames(i), FLAG_CPU));
+            h.trim(0);
+            assert!(h.bytes() <= limit + limit / 2, "{} bytes at sample {i}", h.bytes());
+        }
+        assert!(h.stats().truncated > 0);
+        assert!(h.stats().rows > 0, "the newest samples are kept");
+    }
+
+    #[test]
+    fn a_full_table_drops_the_oldest_chunks_then_starts_over() {
+        let mut h = History { stacks: StackTable::new(64), ..History::new(10 * MS, 1 << 30) };
+        for i in 0..100u64 {
+            h.push(sample(1, i * MS, &[0x1000 + i, 0x20, 0x10], FLAG_CPU));
+        }
+        let s = h.stats();
+        assert_eq!(s.dropped, 0);
+        assert!(s.truncated > 0 && s.rows > 0, "{s:?}");
+        assert!(h.stacks.node_count() <= 64);
+        let w = h.window(0, u64::MAX);
+        let newest = *w.time_ns.last().unwrap();
+        assert_eq!(w.stacks.addresses(*w.stack.last().unwrap()), vec![0x1000 + newest / MS, 0x20, 0x10]);
     }
 
     #[test]

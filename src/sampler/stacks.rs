@@ -202,8 +202,16 @@ impl StackTable {
             self.stack_frame.shrink_to_fit();
             self.stack_parent.shrink_to_fit();
         }
-        self.frame_index = self.frame_address.iter().enumerate().map(|(i, &a)| (a, i as u32)).collect();
-        self.node_index = (0..nodes).map(|i| ((self.stack_parent[i], self.stack_frame[i]), i as u32)).collect();
+        // The indexes are refilled in place (a second pair would double
+        // their peak), then given back what they no longer need.
+        self.frame_index.clear();
+        self.frame_index.extend(self.frame_address.iter().enumerate().map(|(i, &a)| (a, i as u32)));
+        self.node_index.clear();
+        self.node_index.extend((0..nodes).map(|i| ((self.stack_parent[i], self.stack_frame[i]), i as u32)));
+        if self.node_index.capacity() > 2 * nodes.max(16) {
+            self.frame_index.shrink_to_fit();
+            self.node_index.shrink_to_fit();
+        }
         self.contents = NEXT_CONTENTS.fetch_add(1, Ordering::Relaxed);
         node_map
     }

@@ -356,11 +356,17 @@ impl CodeMap {
     /// Every entry (live or dead) that covers `addr`, as (born, died,
     /// raw name); `died` is `u64::MAX` for a live entry.
     pub fn covering(&self, addr: u64) -> Vec<(u64, u64, &str)> {
-        let out = self.covering_exactly(addr);
-        match self.at_function_entry(addr) {
-            Some(first) if out.is_empty() => self.covering_exactly(first),
-            _ => out,
+        let mut out = self.covering_exactly(addr);
+        // The bytecode whose function-entry position `addr` may be.
+        if let Some(first) = self.at_function_entry(addr) {
+            out.extend(
+                self.entries
+                    .range((first, 0)..=(first, u64::MAX))
+                    .filter(|(_, e)| e.kind == CodeKind::Bytecode)
+                    .map(|(_, e)| (e.born, e.died, self.names.get(e.name as usize).map_or("", |n| n))),
+            );
         }
+        out
     }
 
     fn covering_exactly(&self, addr: u64) -> Vec<(u64, u64, &str)> {
@@ -380,8 +386,7 @@ impl CodeMap {
     /// check of V8's interpreter entry, where interrupts are served) has
     /// V8's entry offset, -1: its bytecode address is one byte before the
     /// first bytecode. Returns that first bytecode's address if some
-    /// bytecode starts right after `addr` (callers ask only for addresses
-    /// nothing covers).
+    /// bytecode starts right after `addr`.
     fn at_function_entry(&self, addr: u64) -> Option<u64> {
         let next = addr.checked_add(1)?;
         self.entries.range((next, 0)..=(next, u64::MAX)).any(|(_, e)| e.kind == CodeKind::Bytecode).then_some(next)
@@ -403,7 +408,22 @@ impl CodeMap {
     /// first bytecode, see `at_function_entry`) gets its bytecode's entry,
     /// which then starts after `addr`.
     pub fn lookup(&self, addr: u64, t: u64) -> Option<Hit<'_>> {
-        self.lookup_exactly(addr, t).or_else(|| self.lookup_exactly(self.at_function_entry(addr)?, t))
+        let hit = self.lookup_exactly(addr, t);
+        if hit.as_ref().is_some_and(|h| h.exact) {
+            return hit;
+        }
+        // Code alive at `t` that starts right after `addr` wins over none,
+        // or over code that covered `addr` at another time (a bytecode
+        // array the GC moved away, whose bytes the new one now holds).
+        let entry = self
+            .at_function_entry(addr)
+            .and_then(|first| self.lookup_exactly(first, t))
+            .filter(|h| h.kind == CodeKind::Bytecode && h.start == addr + 1);
+        match (hit, entry) {
+            (_, Some(e)) if e.exact => Some(e),
+            (Some(h), _) => Some(h),
+            (None, e) => e,
+        }
     }
 
     fn lookup_exactly(&self, addr: u64, t: u64) -> Option<Hit<'_>> {
@@ -619,11 +639,21 @@ mod tests {
         assert_eq!(m.covering(0xfff).len(), 1);
         assert!(m.lookup(0x1fff, 20).is_none() && m.covering(0x1fff).is_empty());
         assert!(m.lookup(0xffe, 20).is_none());
+        // A bytecode array alive then wins over one that covered the
+        // address before it moved away.
+        let mut moved = CodeMap::default();
+        moved.add(0xf00, 0x200, CodeKind::Bytecode, "JS:~old /o.js:1:1", 1, 0);
+        moved.move_code(0xf00, 0x5000, Some(0x200), 5);
+        moved.add(0x1000, 0x40, CodeKind::Bytecode, "JS:~f /f.js:1:1", 1, 10);
+        assert_eq!(moved.lookup(0xfff, 20).map(|h| (h.raw, h.exact)), Some(("JS:~f /f.js:1:1", true)));
+        assert_eq!(moved.lookup(0xfff, 2).map(|h| h.raw), Some("JS:~old /o.js:1:1"));
+        assert_eq!(moved.covering(0xfff).len(), 2);
         // An address some code covers is that code's, whatever starts next.
         m.add(0x3000, 0x10, CodeKind::Jit, "JS:*h /h.js:1:1", 1, 10);
         m.add(0x3010, 0x40, CodeKind::Bytecode, "JS:~i /i.js:1:1", 1, 10);
         assert_eq!(m.lookup(0x300f, 20).map(|h| h.raw), Some("JS:*h /h.js:1:1"));
-        assert_eq!(m.covering(0x300f).len(), 1);
+        // Both are candidates over time; the lookup at the sample's time decides.
+        assert_eq!(m.covering(0x300f).len(), 2);
     }
 
     #[test]

@@ -274,7 +274,7 @@ impl V8JsFrames {
         if self.embedded.len == 0 {
             return (V8Ranges::default(), false);
         }
-        let alias = frames.iter().find_map(|&a| self.aliases.iter().rev().find(|c| c.contains(a)).copied());
+        let alias = frames.iter().find_map(|&a| self.aliases.iter().find(|c| c.contains(a)).copied());
         let unregistered =
             V8Ranges { embedded: self.embedded, embedded_alias: alias.unwrap_or_default(), ..Default::default() };
         (unregistered, false)

@@ -648,6 +648,14 @@ export interface Stats {
    */
   foreignStacks: number
   /**
+   * CPU mode (Linux): per-thread CPU-time timers the kernel had not
+   * fired after their thread ran 20 ms of CPU time past their expiry
+   * (it checks them only at scheduler ticks that find the thread
+   * running), fired by the sampler; their samples carry every
+   * interval missed.
+   */
+  starvedTimers: number
+  /**
    * Bytes of stack copied while threads were stopped (Linux): a
    * copy ends at the thread's first frames, not at the top of
    * its stack, once those are known.

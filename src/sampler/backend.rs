@@ -137,6 +137,9 @@ pub struct BackendCounters {
     pub lost: u64,
     /// Stacks read from outside their thread's known stack.
     pub foreign_stacks: u64,
+    /// CPU-time timers the kernel left unfired while their thread ran,
+    /// fired by the sampler.
+    pub starved_timers: u64,
     /// Another library replaced the sampling signal's handler.
     pub signal_taken_over: bool,
     /// Bytes reserved for capture records.

@@ -131,6 +131,7 @@ pub struct Stats {
     pub js_samples: Counter,
     pub samples_lost: Counter,
     pub foreign_stacks: Counter,
+    pub starved_timers: Counter,
     pub stack_bytes_copied: Counter,
     pub capture_buffer_bytes: Counter,
     pub ended_truncated_copy: Counter,
@@ -190,6 +191,12 @@ macro_rules! with_stats_fields {
             #[doc = " (a fiber, a WebAssembly or signal stack): read with a call that"]
             #[doc = " cannot fault."]
             foreign_stacks,
+            #[doc = " CPU mode (Linux): per-thread CPU-time timers the kernel had not"]
+            #[doc = " fired after their thread ran 20 ms of CPU time past their expiry"]
+            #[doc = " (it checks them only at scheduler ticks that find the thread"]
+            #[doc = " running), fired by the sampler; their samples carry every"]
+            #[doc = " interval missed."]
+            starved_timers,
             #[doc = " Bytes of stack copied while threads were stopped (Linux): a"]
             #[doc = " copy ends at the thread's first frames, not at the top of"]
             #[doc = " its stack, once those are known."]
@@ -269,6 +276,7 @@ impl Stats {
             &self.js_samples,
             &self.samples_lost,
             &self.foreign_stacks,
+            &self.starved_timers,
             &self.stack_bytes_copied,
             &self.capture_buffer_bytes,
             &self.ended_truncated_copy,
@@ -329,6 +337,7 @@ impl Stats {
             js_samples: self.js_samples.get(),
             samples_lost: self.samples_lost.get(),
             foreign_stacks: self.foreign_stacks.get(),
+            starved_timers: self.starved_timers.get(),
             stack_bytes_copied: self.stack_bytes_copied.get(),
             capture_buffer_bytes: self.capture_buffer_bytes.get(),
             ended_truncated_copy: self.ended_truncated_copy.get(),

@@ -24,9 +24,11 @@ const ROOT = path.join(__dirname, '..', '..')
 const KNOWN_BUGS = {
   'report-header-rows':
     "the report's summary (ProfileSummary.samples / idleSamples, the 'samples' line of `machsampler report`) counts rows, not samples by weight, while its tables count by weight",
-  'cpu-beside-wall-copy':
-    'two copies of the addon, one in CPU mode and one in wall mode: the CPU-mode copy gives a busy thread well under its CPU time / interval in samples (34-53 for 62-78 intervals, at times none in a session; never with cpu/cpu or one copy alone); coexistence, two copies, cpu/wall',
   // Fixed, kept here as examples of the format:
+  // 'cpu-beside-wall-copy': a CPU-mode copy beside a wall-mode one gave a
+  //   busy thread far fewer samples than its CPU time / interval, at times
+  //   none: the kernel never fired its timer (coexistence, two copies);
+  //   starved timers are now fired by the sampler;
   // 'signal-after-stop': a signal queued to a thread that had not run yet
   //   delivered after stop() returned (stress/repro/signal-after-stop.js);
   //   stop() now waits for signals on their way;

@@ -274,14 +274,7 @@ main(async (o, c) => {
         for (const k of ['a', 'b']) {
           c.samples += s[k].samples
           c.eq(s[k].consistent, 'ok', `${what}: copy ${k}'s profile`)
-          // A CPU-mode copy beside a wall-mode one loses some of a busy
-          // thread's samples (known bug): only its lower bound is spared.
-          const besideWall = s[k].mode === 'cpu' && s[k === 'a' ? 'b' : 'a'].mode === 'wall'
-          for (const p of judge(s[k].acc, s[k].mode, { minIntervals: 30 })) {
-            const short = / once timers were set, .*fewer than /.test(p) || /: no sample for \d+ intervals of CPU time$/.test(p)
-            if (besideWall && short) c.knownOk('cpu-beside-wall-copy', false, `${what}: copy ${k}: ${p}`)
-            else c.ok(false, `${what}: copy ${k}: ${p}`)
-          }
+          for (const p of judge(s[k].acc, s[k].mode, { minIntervals: 30 })) c.ok(false, `${what}: copy ${k}: ${p}`)
           c.checks++
         }
         // In CPU mode both copies count the same CPU clocks: close counts.

@@ -28,6 +28,7 @@ const REPROS = [
   ['symbolicate-fifo-module.js', [], [], 60],
   ['small-stack.js', [], [], 300],
   ['signal-after-stop.js', ['50'], ['200'], 300],
+  ['starved-cpu-timers.js', ['12'], ['40'], 180],
 ]
 
 main(async (o, c) => {

@@ -97,6 +97,19 @@ const NAME_READS_PER_REFRESH: usize = 64;
 /// thread is treated as idle, so one signal does not make it look busy.
 const IDLE_CPU_THRESHOLD_NS: u64 = 50_000;
 
+/// CPU mode: how far a thread may run past its timer's expiry before the
+/// sampler fires the timer itself (see `timers::CpuTimer::fire_if_starved`).
+/// The kernel fires an expired timer at the next scheduler tick that finds
+/// its thread running: within one tick (4-10 ms) of the thread's CPU time,
+/// unless the thread keeps running between ticks.
+const STARVED_LIMIT_NS: u64 = 20_000_000;
+/// A thread whose timer carried intervals this recently is checked for a
+/// starved timer at every refresh; others a few per refresh, in turn.
+const WARM_NS: u64 = 1_000_000_000;
+/// Starved-timer checks per refresh, at most: of warm threads, of others.
+const WARM_CHECKS_PER_REFRESH: usize = 64;
+const COLD_CHECKS_PER_REFRESH: usize = 8;
+
 /// `/proc/self/maps` is read again for JIT code at most this often.
 const MAPS_PERIOD_NS: u64 = 20_000_000;
 
@@ -155,6 +168,11 @@ struct LinuxThread {
     /// run keeps its name; one that another thread renames is caught by
     /// the final read at `finish`.
     name_stale: bool,
+    /// CPU mode: until when the thread counts as warm (sampled or its
+    /// timer fired by the sampler recently), and whether it is in the
+    /// backend's list of warm threads.
+    warm_until_ns: u64,
+    listed_warm: bool,
 }
 
 impl LinuxThread {
@@ -224,6 +242,13 @@ pub struct LinuxBackend {
     /// `finish` ran: the final refresh reads every name.
     finishing: bool,
     frame_pointer_code: Vec<std::ops::Range<u64>>,
+    /// CPU mode: threads sampled, or whose timer the sampler fired, within
+    /// `WARM_NS`.
+    warm: Vec<u64>,
+    /// Where the next round of cold starved-timer checks starts in `tids`.
+    cold_checked_up_to: usize,
+    /// Timers fired by the sampler because the kernel had not.
+    starved_timers: u64,
     /// The highest tid of the first listing: threads above it were created
     /// while sampling (tids grow until they wrap at pid_max).
     newest_at_start: Option<u64>,
@@ -316,6 +341,9 @@ impl LinuxBackend {
             names_read_up_to: 0,
             finishing: false,
             frame_pointer_code: Vec::new(),
+            warm: Vec::new(),
+            cold_checked_up_to: 0,
+            starved_timers: 0,
             newest_at_start: None,
             second_looks_left: 0,
         })
@@ -381,8 +409,11 @@ impl LinuxBackend {
         if t.blocks_signal || t.timer.is_some() {
             return;
         }
-        let Some(value) = t.slot.and_then(|i| signal::slot(i).map(|s| s.value(i))) else { return };
-        t.timer = CpuTimer::start(tid, signal, value, interval).ok();
+        let Some((value, intervals)) = t.slot.and_then(|i| signal::slot(i).map(|s| (s.value(i), s.timer_intervals())))
+        else {
+            return;
+        };
+        t.timer = CpuTimer::start(tid, signal, value, interval, intervals).ok();
     }
 
     /// Starts following a thread the listing found: its name, whether it
@@ -428,6 +459,8 @@ impl LinuxBackend {
             blocked_backoff_ns: BLOCKED_RECHECK_NS,
             checked_cpu_ns: cpu_before,
             name_stale: false,
+            warm_until_ns: 0,
+            listed_warm: false,
         };
         t.checked(blocks, now);
         self.checks.push(t.mask_due_ns, tid);
@@ -479,6 +512,64 @@ impl LinuxBackend {
         match procfs::signal_state(tid, self.signal, &mut self.buf) {
             Some(after) => after.blocks || after.voluntary_switches != before.voluntary_switches,
             None => true,
+        }
+    }
+
+    /// CPU mode: notes that `tid` was sampled or had its timer fired at `now`.
+    fn note_warm(&mut self, tid: u64, now: u64) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.warm_until_ns = now + WARM_NS;
+            if !t.listed_warm {
+                t.listed_warm = true;
+                self.warm.push(tid);
+            }
+        }
+    }
+
+    /// CPU mode: fires the timers of threads that ran well past their
+    /// expiry without the kernel firing them. Warm threads are checked
+    /// each time, the others a few at a time, in turn: a clock read each.
+    fn fire_starved_timers(&mut self, now: u64) {
+        let fire = |t: &LinuxThread| -> bool {
+            let (Some(timer), Some(slot)) = (t.timer.as_ref(), t.slot.and_then(signal::slot)) else { return false };
+            timer.fire_if_starved(slot.timer_intervals(), STARVED_LIMIT_NS) == timers::Starved::Fired
+        };
+        let mut warm = std::mem::take(&mut self.warm);
+        warm.retain(|tid| match self.threads.get_mut(tid) {
+            Some(t) if t.warm_until_ns > now => true,
+            Some(t) => {
+                t.listed_warm = false;
+                false
+            }
+            None => false,
+        });
+        let mut fired = Vec::new();
+        for &tid in warm.iter().take(WARM_CHECKS_PER_REFRESH) {
+            if self.threads.get(&tid).is_some_and(fire) {
+                fired.push(tid);
+            }
+        }
+        self.warm = warm;
+        let n = self.tids.len();
+        let (mut cold, mut k) = (0, 0);
+        while cold < COLD_CHECKS_PER_REFRESH && k < n {
+            let tid = self.tids[(self.cold_checked_up_to + k) % n];
+            k += 1;
+            let Some(t) = self.threads.get(&tid) else { continue };
+            if t.listed_warm || t.timer.is_none() {
+                continue;
+            }
+            cold += 1;
+            if fire(t) {
+                fired.push(tid);
+            }
+        }
+        if n > 0 {
+            self.cold_checked_up_to = (self.cold_checked_up_to + k) % n;
+        }
+        self.starved_timers += fired.len() as u64;
+        for tid in fired {
+            self.note_warm(tid, now);
         }
     }
 
@@ -535,6 +626,9 @@ impl LinuxBackend {
         };
         let tid = slot.owner();
         let is_main = tid == self.pid;
+        if self.timer_interval_ns.is_some() {
+            self.note_warm(tid, d.enter_ns);
+        }
         if d.flags & FLAG_FOREIGN_STACK != 0 {
             self.foreign += 1;
             let b = slot.bounds();
@@ -811,6 +905,9 @@ impl Backend for LinuxBackend {
             }
         }
         self.to_check = to_check;
+        if self.timer_interval_ns.is_some() && !self.finishing {
+            self.fire_starved_timers(now);
+        }
         self.resolve_bounds();
     }
 
@@ -951,6 +1048,7 @@ impl Backend for LinuxBackend {
         BackendCounters {
             lost,
             foreign_stacks: self.foreign,
+            starved_timers: self.starved_timers,
             signal_taken_over: self.taken_over,
             capture_buffer_bytes: self.pool.bytes() as u64,
         }

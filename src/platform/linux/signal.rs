@@ -65,6 +65,8 @@ pub struct ThreadSlot {
     /// A signal sent by hand (a wall-mode or requested sample) is on its
     /// way.
     pending: AtomicBool,
+    /// Copies of this thread skip no holes: one that did failed to unwind.
+    dense: AtomicBool,
     /// Validated stack bounds: `[lo, hi)` is the thread's own stack, `hi`
     /// its control block (`tcb`). Zero while unknown.
     lo: AtomicU64,
@@ -80,12 +82,16 @@ pub struct ThreadSlot {
     /// its environment and auxiliary vector) holds no frames, so a sample
     /// whose chain reaches `r` copies only up to `r + extent`.
     root: AtomicU64,
-    /// Copies of this thread skip no holes: one that did failed to unwind.
-    dense: AtomicBool,
     /// The root record's words when it was learned (see
     /// [`record_fingerprint`](crate::sampler::unwind::record_fingerprint)).
     root_fingerprint: AtomicU32,
+    /// Intervals the CPU timer's signals for this slot have carried (one
+    /// plus the overrun each), wrapping: with the timer's first expiry it
+    /// gives the next one (see `timers::CpuTimer::fire_if_starved`).
+    timer_intervals: AtomicU32,
 }
+// One cache line: the handler touches a slot's fields together.
+const _: () = assert!(std::mem::size_of::<ThreadSlot>() == 64);
 
 /// What the sampler knows about a slot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -160,6 +166,11 @@ impl ThreadSlot {
     /// Forgets the learned root: the next sample copies the whole stack.
     pub fn forget_root(&self) {
         self.root.store(0, Ordering::Release);
+    }
+
+    /// Intervals carried by this slot's timer signals so far (wrapping).
+    pub fn timer_intervals(&self) -> u32 {
+        self.timer_intervals.load(Ordering::Acquire)
     }
 
     /// Marks a signal as sent; false if one is still pending.
@@ -401,6 +412,11 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     let Some(slot) = slot(index) else { return };
     if slot.gen.load(Ordering::Acquire) != gen {
         return;
+    }
+    if code == libc::SI_TIMER {
+        // The kernel re-armed the timer as it delivered this signal,
+        // whether or not a capture is wanted.
+        slot.timer_intervals.fetch_add(overrun.saturating_add(1), Ordering::Release);
     }
     let sent_ns = slot.sent_ns.load(Ordering::Relaxed);
     // Only signals sent by hand set `pending`. A store regardless would

@@ -42,40 +42,117 @@ pub fn thread_cpu_clock(tid: u64) -> clockid_t {
 
 /// A timer on a thread's CPU clock.
 #[derive(Debug)]
-pub struct CpuTimer(timer_t);
+pub struct CpuTimer {
+    id: timer_t,
+    clock: clockid_t,
+    interval_ns: u64,
+    /// Its first expiry, as a reading of the thread's CPU clock.
+    first_ns: u64,
+    /// The slot's count of intervals carried (see
+    /// [`ThreadSlot::timer_intervals`](super::signal::ThreadSlot::timer_intervals))
+    /// when this timer started.
+    intervals_before: u32,
+}
 
 // SAFETY: a timer id is a process-wide kernel handle, usable from any thread.
 unsafe impl Send for CpuTimer {}
 
+/// What [`CpuTimer::fire_if_starved`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Starved {
+    /// The thread has not run past its timer's expiry by the limit.
+    No,
+    /// It had: the timer was made to fire now.
+    Fired,
+    /// The thread is gone, or the timer could not be read or set.
+    Failed,
+}
+
 impl CpuTimer {
     /// Creates a timer for thread `tid` that sends `signal` with `value`
-    /// every `interval_ns` of the thread's CPU time. Returns the errno.
-    pub fn start(tid: u64, signal: i32, value: u64, interval_ns: u64) -> Result<CpuTimer, i32> {
+    /// every `interval_ns` of the thread's CPU time. `intervals_before` is
+    /// the slot's count of intervals carried so far. Returns the errno.
+    pub fn start(tid: u64, signal: i32, value: u64, interval_ns: u64, intervals_before: u32) -> Result<CpuTimer, i32> {
+        let clock = thread_cpu_clock(tid);
         let mut ev = SigEvent { value, signo: signal, notify: SIGEV_THREAD_ID, tid: tid as c_int, _pad: [0; 11] };
         let mut id: timer_t = std::ptr::null_mut();
         // SAFETY: `ev` is a complete sigevent as the kernel reads it, and
         // `id` a valid out-pointer.
-        let rc = unsafe {
-            libc::timer_create(thread_cpu_clock(tid), &mut ev as *mut SigEvent as *mut libc::sigevent, &mut id)
-        };
+        let rc = unsafe { libc::timer_create(clock, &mut ev as *mut SigEvent as *mut libc::sigevent, &mut id) };
         if rc != 0 {
             return Err(errno());
         }
-        let timer = CpuTimer(id);
-        let period = libc::timespec {
-            tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (interval_ns % 1_000_000_000) as _,
-        };
-        let first = first_expiry_ns(interval_ns, random_u64(tid));
-        let first =
-            libc::timespec { tv_sec: (first / 1_000_000_000) as libc::time_t, tv_nsec: (first % 1_000_000_000) as _ };
-        let spec = libc::itimerspec { it_interval: period, it_value: first };
-        // SAFETY: `id` was just created; `spec` is valid.
-        if unsafe { libc::timer_settime(timer.0, 0, &spec, std::ptr::null_mut()) } != 0 {
-            return Err(errno());
-        }
+        // Owned from here: deleted if what follows fails.
+        let mut timer = CpuTimer { id, clock, interval_ns, first_ns: 0, intervals_before };
+        let now = read_clock(clock).ok_or_else(errno)?;
+        // The first expiry is absolute, so that every later one is known:
+        // the kernel keeps them on the first's grid.
+        timer.first_ns = now + first_expiry_ns(interval_ns, random_u64(tid));
+        timer.set_absolute(timer.first_ns)?;
         Ok(timer)
     }
+
+    /// Arms the timer to expire at `at_ns` of its thread's CPU time, then
+    /// every interval. A time already passed fires it now.
+    fn set_absolute(&self, at_ns: u64) -> Result<(), i32> {
+        let spec = libc::itimerspec { it_interval: timespec(self.interval_ns), it_value: timespec(at_ns.max(1)) };
+        // SAFETY: `self.id` is a live timer; `spec` is valid.
+        if unsafe { libc::timer_settime(self.id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(errno());
+        }
+        Ok(())
+    }
+
+    /// Makes the timer fire now if its thread has run `limit_ns` of CPU
+    /// time past the timer's next expiry without the kernel firing it.
+    /// `intervals` is the slot's current count of intervals carried.
+    ///
+    /// The kernel checks CPU timers only at its scheduler tick, and only
+    /// for the thread the tick interrupts. A thread that runs between
+    /// ticks (on a machine with more busy threads than cores, alternating
+    /// in time slices paced by another thread's periodic wake-ups) can
+    /// miss every tick for seconds: its timer stays expired and its CPU
+    /// time unsampled. Set again to the expiry it missed, the timer fires
+    /// at once, and the signal's overrun counts every interval since.
+    ///
+    /// The next expiry is the first one plus the intervals carried since.
+    /// A signal delivered after `intervals` was read re-arms the timer into
+    /// the future, which the expired check below sees; only one delivered
+    /// between that check and the re-arm (microseconds apart) would be
+    /// counted twice.
+    pub fn fire_if_starved(&self, intervals: u32, limit_ns: u64) -> Starved {
+        let carried = intervals.wrapping_sub(self.intervals_before) as u64;
+        let next_ns = self.first_ns.saturating_add(carried.saturating_mul(self.interval_ns));
+        let Some(now) = read_clock(self.clock) else { return Starved::Failed };
+        if now < next_ns.saturating_add(limit_ns) {
+            return Starved::No;
+        }
+        // SAFETY: itimerspec is plain integers, valid when zeroed.
+        let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+        // SAFETY: `self.id` is a live timer; `cur` a valid out-pointer.
+        if unsafe { libc::timer_gettime(self.id, &mut cur) } != 0 {
+            return Starved::Failed;
+        }
+        // An expired timer the kernel has not fired reads as 1 ns to go.
+        if cur.it_value.tv_sec != 0 || cur.it_value.tv_nsec > 1 {
+            return Starved::No;
+        }
+        match self.set_absolute(next_ns) {
+            Ok(()) => Starved::Fired,
+            Err(_) => Starved::Failed,
+        }
+    }
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as _ }
+}
+
+fn read_clock(clock: clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 impl Drop for CpuTimer {
@@ -83,7 +160,7 @@ impl Drop for CpuTimer {
         // SAFETY: deletes the timer this value owns; no signal is generated
         // by it afterwards (one already queued may still arrive, and the
         // handler ignores it once its slot is released).
-        unsafe { libc::timer_delete(self.0) };
+        unsafe { libc::timer_delete(self.id) };
     }
 }
 
@@ -132,11 +209,11 @@ mod tests {
         let interval = 10_000_000_000;
         let mut values = Vec::new();
         for _ in 0..20 {
-            let timer = CpuTimer::start(tid, sig, 0, interval).unwrap();
+            let timer = CpuTimer::start(tid, sig, 0, interval, 0).unwrap();
             // SAFETY: itimerspec is plain integers, valid when zeroed.
             let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
-            // SAFETY: `timer.0` is a live timer; `cur` a valid out-pointer.
-            assert_eq!(unsafe { libc::timer_gettime(timer.0, &mut cur) }, 0);
+            // SAFETY: `timer.id` is a live timer; `cur` a valid out-pointer.
+            assert_eq!(unsafe { libc::timer_gettime(timer.id, &mut cur) }, 0);
             values.push(cur.it_value.tv_sec as u64 * 1_000_000_000 + cur.it_value.tv_nsec as u64);
             assert_eq!(cur.it_interval.tv_sec as u64 * 1_000_000_000 + cur.it_interval.tv_nsec as u64, interval);
         }
@@ -185,7 +262,7 @@ mod tests {
             }
         });
         let tid = tid_rx.recv().unwrap();
-        let timer = CpuTimer::start(tid, sig, 7, 1_000_000).unwrap();
+        let timer = CpuTimer::start(tid, sig, 7, 1_000_000, 0).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(30));
         assert_eq!(SIGNALS.load(Ordering::Relaxed), 0, "an idle thread is never interrupted");
         go_tx.send(()).unwrap();
@@ -199,6 +276,66 @@ mod tests {
         assert!(signals > 0 && signals <= intervals);
         // SAFETY: restores the previous disposition.
         unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
-        assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000).is_err(), "no such thread");
+        assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000, 0).is_err(), "no such thread");
+    }
+
+    #[test]
+    fn a_timer_set_back_to_a_missed_expiry_fires_at_once_for_every_interval_since() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static SIGNALS: AtomicU32 = AtomicU32::new(0);
+        static INTERVALS: AtomicU32 = AtomicU32::new(0);
+        extern "C" fn on(_: c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+            // SAFETY: the kernel's siginfo; the overrun is at offset 20.
+            let overrun = unsafe { (info as *const u8).add(20).cast::<i32>().read() };
+            SIGNALS.fetch_add(1, Ordering::Relaxed);
+            INTERVALS.fetch_add(1 + overrun.max(0) as u32, Ordering::Relaxed);
+        }
+        let sig = libc::SIGRTMIN() + 3;
+        // SAFETY: installs a trivial handler for a real-time signal this
+        // test owns; restored below.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigaction(sig, &act, &mut old);
+        }
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tid_tx.send(crate::sampler::thread_id::current()).unwrap();
+            let mut x = 0u64;
+            while stop_rx.try_recv().is_err() {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        });
+        let tid = tid_rx.recv().unwrap();
+        let interval = 1_000_000;
+        let mut timer = CpuTimer::start(tid, sig, 0, interval, 0).unwrap();
+        // Pushed an hour of CPU time ahead: the kernel will not fire it.
+        timer.set_absolute(timer.first_ns + 3_600_000_000_000).unwrap();
+        let cpu = || read_clock(timer.clock).unwrap();
+        let start = cpu();
+        while cpu() < start + 50_000_000 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(SIGNALS.load(Ordering::Relaxed), 0);
+        // Not expired as the kernel sees it: left alone, whatever the count says.
+        timer.first_ns = start;
+        assert_eq!(timer.fire_if_starved(0, 0), Starved::No);
+        // Set back to an expiry 50 ms of CPU ago, it fires now, and its
+        // signal carries the 50 intervals since.
+        timer.set_absolute(start).unwrap();
+        let waited = std::time::Instant::now();
+        while SIGNALS.load(Ordering::Relaxed) == 0 && waited.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let carried = INTERVALS.load(Ordering::Relaxed);
+        drop(timer);
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        // SAFETY: restores the previous disposition.
+        unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+        assert!((50..=80).contains(&carried), "{carried} intervals");
     }
 }

@@ -66,13 +66,22 @@ pub fn main_thread(profile: &ProfileData) -> Option<usize> {
 }
 
 /// A source path as the URL DevTools and VS Code resolve: absolute paths
-/// become `file://` URLs, anything else is passed through.
+/// become `file://` URLs, percent-encoded as Node's `pathToFileURL` does
+/// (and V8's own profiles show them); anything else is passed through.
 fn url_of(file: &str) -> String {
-    if file.starts_with('/') {
-        format!("file://{file}")
-    } else {
-        file.to_string()
+    if !file.starts_with('/') {
+        return file.to_string();
     }
+    let mut url = String::with_capacity(file.len() + 8);
+    url.push_str("file://");
+    for &b in file.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b) {
+            url.push(b as char);
+        } else {
+            url.push_str(&format!("%{b:02X}"));
+        }
+    }
+    url
 }
 
 pub fn export(profile: &ProfileData) -> Vec<u8> {
@@ -250,6 +259,9 @@ mod tests {
             (Some(29), Some(6))
         );
         assert_eq!(b["callFrame"]["url"], "file:///app/x.js");
+        assert_eq!(url_of("/my project/a#1%.js"), "file:///my%20project/a%231%25.js");
+        assert_eq!(url_of("/tmp/é.js"), "file:///tmp/%C3%A9.js");
+        assert_eq!(url_of("node:internal/x"), "node:internal/x");
         assert_eq!(b["callFrame"]["scriptId"], "1");
         assert_eq!(v["samples"].as_array().unwrap().len(), 4, "one per interval");
         assert_eq!(v["samples"][1], idle["id"]);

@@ -519,11 +519,7 @@ pub fn parse_js_name(raw: &str) -> JsName {
     };
     let Some((kind, marks, rest)) = split_js_name(raw) else { return other(raw) };
     let tier = marks.chars().find(|c| *c != '\'');
-    // V8 writes `name url:line:col`. A url can hold a space (`[worker
-    // eval]`), and so can an inferred name (`get foo`), so a bracketed url
-    // is found by its bracket, any other by the last space.
-    let split = rest.find(" [").map(|i| (&rest[..i], &rest[i + 1..])).or_else(|| rest.rsplit_once(' '));
-    let (function, location) = match split {
+    let (function, location) = match split_function_and_url(rest) {
         Some((n, loc)) => (n.trim(), loc.trim()),
         None if looks_like_location(rest) => ("", rest.trim()),
         None => (rest.trim(), ""),
@@ -539,6 +535,36 @@ pub fn parse_js_name(raw: &str) -> JsName {
     };
     let display = if location.is_empty() { function.clone() } else { format!("{function} ({location})") };
     JsName { display, function, location: location.to_string(), tier, is_js: true }
+}
+
+/// V8 writes `name url:line:col`. Both can hold spaces: a name (`get
+/// size`, `get [Symbol.iterator]`) and a url (`[worker eval]`, a path
+/// under `/Applications/My App.app`). The url starts at the first space
+/// followed by what only a url starts with: `/`, a bracketed name followed
+/// by its line (`[eval]:1:1`), `<` (`<anonymous>`), or a scheme or file
+/// name running to a colon (`node:internal/x`, `file:///a`, `C:\\a`,
+/// `b.js:1`). If none does, the first space ends the name, after a `get ` or
+/// `set ` prefix.
+fn split_function_and_url(rest: &str) -> Option<(&str, &str)> {
+    let spaces = || rest.match_indices(' ').map(|(i, _)| i);
+    let at = spaces().find(|&i| url_start(&rest[i + 1..])).or_else(|| {
+        let skip = if rest.starts_with("get ") || rest.starts_with("set ") { 4 } else { 0 };
+        spaces().find(|&i| i >= skip)
+    })?;
+    Some((&rest[..at], &rest[at + 1..]))
+}
+
+/// Whether `s` starts like a script url (see [`split_function_and_url`]).
+fn url_start(s: &str) -> bool {
+    if s.starts_with('/') || s.starts_with("<anonymous>") {
+        return true;
+    }
+    if let Some(inner) = s.strip_prefix('[') {
+        // `[worker eval]:1:19`, not `[Symbol.iterator] /a.js:1:1`.
+        return inner.find(']').is_some_and(|j| matches!(inner[j + 1..].chars().next(), None | Some(':')));
+    }
+    let word = s.find(|c: char| !(c.is_ascii_alphanumeric() || "+-._".contains(c))).unwrap_or(s.len());
+    word > 0 && s.as_bytes()[0].is_ascii_alphabetic() && s[word..].starts_with(':')
 }
 
 fn looks_like_location(s: &str) -> bool {
@@ -580,6 +606,33 @@ mod tests {
         assert_eq!(n.display, "hot ([worker eval]:1:19)");
         let n = parse_js_name("JS:~get size /app/a.js:2:3");
         assert_eq!((n.function.as_str(), n.location.as_str()), ("get size", "/app/a.js:2:3"));
+    }
+
+    #[test]
+    fn names_and_urls_with_spaces() {
+        let cases = [
+            ("JS:*hotLoop /tmp/my project/app.js:1:17", "hotLoop", "/tmp/my project/app.js:1:17"),
+            ("JS:~get size /Applications/My App.app/main.js:2:3", "get size", "/Applications/My App.app/main.js:2:3"),
+            ("JS:~get [Symbol.iterator] /app/a.js:4:5", "get [Symbol.iterator]", "/app/a.js:4:5"),
+            ("JS:*[Symbol.iterator] /app/a.js:4:5", "[Symbol.iterator]", "/app/a.js:4:5"),
+            ("JS:~set value file:///C:/My Files/a.js:1:2", "set value", "file:///C:/My Files/a.js:1:2"),
+            ("JS:~main node:internal/modules/run_main:1:1", "main", "node:internal/modules/run_main:1:1"),
+            ("JS:~f C:\\My App\\a.js:3:4", "f", "C:\\My App\\a.js:3:4"),
+            ("JS:~f b.js:3:4", "f", "b.js:3:4"),
+            ("JS:~f evalmachine.<anonymous>:1:1", "f", "evalmachine.<anonymous>:1:1"),
+            ("JS:~f <anonymous>:1:1", "f", "<anonymous>:1:1"),
+            ("JS:~hot [worker eval]:1:19", "hot", "[worker eval]:1:19"),
+            ("JS:~f my dir/a.js:1:1", "f", "my dir/a.js:1:1"),
+            ("JS:~get x my dir/a.js:1:1", "get x", "my dir/a.js:1:1"),
+            ("JS:~ /my dir/x.js:1:1", "(anonymous)", "/my dir/x.js:1:1"),
+            ("JS:~<instance_members_initializer> /a b/x.js:1:1", "<instance_members_initializer>", "/a b/x.js:1:1"),
+            ("JS:~get <computed> /a.js:1:1", "get <computed>", "/a.js:1:1"),
+            ("Script:~ /my dir/main.js", "(script)", "/my dir/main.js"),
+        ];
+        for (raw, function, location) in cases {
+            let n = parse_js_name(raw);
+            assert_eq!((n.function.as_str(), n.location.as_str()), (function, location), "{raw}");
+        }
     }
 
     #[test]

@@ -708,8 +708,9 @@ export interface Stats {
  * saves the profile there, atomically (as {@link saveProfile}, which the
  * other options are for). Everything happens in this one call, without
  * reading the profile back from JavaScript. Options are checked before the
- * sampler stops; if the file cannot be written after that, the error
- * carries the profile as `error.profile`.
+ * sampler stops, `output` included (its directory must exist and take a
+ * new file): then the sampler is still running. If the file cannot be
+ * written after all, the error carries the profile as `error.profile`.
  *
  * @throws `ESRCH` if the sampler is not running; `EINVAL` for a bad
  *   option; `ENOENT`, `EACCES`, … if the file cannot be written.

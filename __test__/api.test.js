@@ -202,16 +202,40 @@ describe('stop() does the common path in one call', () => {
     expect(fs.readdirSync(dir)).toEqual([])
   })
 
+  test('an output that cannot be written is refused before stopping', () => {
+    ms.start({ intervalMs: 1 })
+    spin(30)
+    for (const [opts, code] of [
+      [{ output: path.join(dir, 'missing', 'p.machprof') }, 'ENOENT'],
+      [{ output: dir, format: 'machprof' }, 'EISDIR'],
+    ]) {
+      let err
+      try {
+        ms.stop(opts)
+      } catch (e) {
+        err = e
+      }
+      expect([opts, err && err.code]).toEqual([opts, code])
+      expect(ms.isRunning()).toBe(true)
+    }
+    const file = path.join(dir, 'p.machprof')
+    expect(ms.stop({ output: file }).samples.thread.length).toBeGreaterThan(0)
+    expect(fs.existsSync(file)).toBe(true)
+    fs.unlinkSync(file)
+  })
+
   test('a write that fails after stopping hands the profile back on the error', () => {
     ms.start({ intervalMs: 1 })
     spin(30)
     let err
     try {
-      ms.stop({ output: path.join(dir, 'missing', 'p.machprof') })
+      // Writable, and full: the write itself fails.
+      ms.stop({ output: '/dev/full', format: 'machprof' })
     } catch (e) {
       err = e
     }
-    expect(err.code).toBe('ENOENT')
+    expect(err.code).toBe('ENOSPC')
+    expect(err.message).toMatch(/error\.profile/)
     expect(ms.isRunning()).toBe(false)
     expect(err.profile.samples.thread.length).toBeGreaterThan(0)
   })

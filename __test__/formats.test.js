@@ -7,6 +7,7 @@
 
 const fs = require('fs')
 const path = require('path')
+const os = require('os')
 const zlib = require('zlib')
 const util = require('util')
 const Ajv = require('ajv')
@@ -430,6 +431,19 @@ describe('withProfiler and profile()', () => {
     expect(ms.isRunning()).toBe(false)
     await expect(ms.withProfiler(() => Promise.reject(boom))).rejects.toBe(boom)
     expect(ms.isRunning()).toBe(false)
+  })
+
+  test('an output that cannot be written is refused before fn runs', () => {
+    let ran = false
+    const missing = path.join(os.tmpdir(), `machsampler-missing-${process.pid}`, 'p.html')
+    let err
+    try {
+      ms.withProfiler(() => (ran = true), { output: missing })
+    } catch (e) {
+      err = e
+    }
+    expect([err && err.code, ran, ms.isRunning()]).toEqual(['ENOENT', false, false])
+    expect(err.message).toMatch(/no such directory/)
   })
 
   test('profile() wraps a function and delivers each call profile', async () => {

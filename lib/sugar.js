@@ -10,6 +10,7 @@
 //   onProfile    profile() only: called with each call's profile
 
 const { api } = require('./addon.js')
+const { checkWritable } = require('./output.js')
 
 const OWN_KEYS = ['symbolicate', 'output', 'format', 'onProfile']
 
@@ -41,15 +42,26 @@ function split(options, allowOnProfile) {
   }
   if (own.output !== undefined && typeof own.output !== 'string') throw einval('options.output must be a string')
   if (own.format !== undefined) api.parseFormatName(own.format)
+  // Before any work is done: a mistyped directory must not cost the run.
+  if (own.output !== undefined) checkWritable(own.output)
   return { start, own }
 }
 
-/** Stops, names and saves, in one call; the profile. */
+/**
+ * Stops, names and saves, in one call; the profile. An output refused at
+ * stop() (its directory went away meanwhile) leaves the sampler running:
+ * it is stopped all the same, and the profile handed back on the error.
+ */
 function finish(own) {
   const options = { symbolicate: own.symbolicate !== false }
   if (own.output !== undefined) options.output = own.output
   if (own.format !== undefined) options.format = own.format
-  return api.stop(options)
+  try {
+    return api.stop(options)
+  } catch (e) {
+    if (own.output !== undefined && api.isRunning()) e.profile = api.stop({ symbolicate: options.symbolicate })
+    throw e
+  }
 }
 
 /**

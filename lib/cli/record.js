@@ -18,6 +18,7 @@ const os = require('os')
 const path = require('path')
 
 const addon = require('../addon.js')
+const { checkWritable } = require('../output.js')
 const env = require('../env.js')
 const { parse, number, CliError, USAGE } = require('./args')
 const { help } = require('./help')
@@ -57,61 +58,6 @@ const SPEC = {
 function timestamp(d = new Date()) {
   const p = (n) => String(n).padStart(2, '0')
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`
-}
-
-/**
- * Fails early, with the same message the write would give, if `file`
- * cannot be created: probes its directory with a temporary file.
- */
-function checkWritable(file) {
-  const abs = path.resolve(file)
-  let st = null
-  try {
-    st = fs.statSync(abs)
-  } catch {
-    // Does not exist yet: the usual case.
-  }
-  if (st && st.isDirectory()) throw new CliError(`cannot write '${file}': is a directory`, 1)
-  if (st && !st.isFile()) {
-    // A pipe or a terminal (/dev/stdout): written as a stream.
-    try {
-      fs.accessSync(abs, fs.constants.W_OK)
-      return
-    } catch (e) {
-      throw new CliError(`cannot write '${file}': ${e.code === 'EACCES' ? 'permission denied' : e.message}`, 1)
-    }
-  }
-  // Through symbolic links, the file written is the one they end at.
-  const probe = path.join(path.dirname(finalPath(abs)), `.machsampler-probe-${process.pid}-${Date.now()}`)
-  try {
-    fs.closeSync(fs.openSync(probe, 'wx'))
-    fs.unlinkSync(probe)
-  } catch (e) {
-    const why =
-      {
-        ENOENT: 'no such directory',
-        EACCES: 'permission denied',
-        EPERM: 'permission denied',
-        EROFS: 'read-only file system',
-        ENOTDIR: 'a component of the path is not a directory',
-        ENOSPC: 'no space left on device',
-      }[e.code] || e.message
-    throw new CliError(`cannot write '${file}': ${why}`, 1)
-  }
-}
-
-/** Where a chain of symbolic links ends (the file may not exist yet). */
-function finalPath(p) {
-  for (let i = 0; i < 40; i++) {
-    let link
-    try {
-      link = fs.readlinkSync(p)
-    } catch {
-      return p
-    }
-    p = path.resolve(path.dirname(p), link)
-  }
-  return p
 }
 
 function parseRecordArgs(argv) {
@@ -409,7 +355,11 @@ async function record(argv) {
   if (opts.help) {
     return help('record')
   }
-  checkWritable(opts.output)
+  try {
+    checkWritable(opts.output)
+  } catch (e) {
+    throw new CliError(e.message, 1)
+  }
   const sessionDir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-'))
   try {
     const live = process.stderr.isTTY === true

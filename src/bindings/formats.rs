@@ -113,12 +113,14 @@ fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, E
 fn io_error(e: &io::Error, verb: &str, path: &str) -> napi::Error<&'static str> {
     use io::ErrorKind::*;
     let (code, text) = match e.kind() {
+        NotFound if verb == "write" => ("ENOENT", "no such directory".to_string()),
         NotFound => ("ENOENT", "no such file or directory".to_string()),
         PermissionDenied => ("EACCES", "permission denied".to_string()),
         IsADirectory => ("EISDIR", "is a directory".to_string()),
         NotADirectory => ("ENOTDIR", "a component of the path is not a directory".to_string()),
         ReadOnlyFilesystem => ("EROFS", "read-only file system".to_string()),
         StorageFull => ("ENOSPC", "no space left on device".to_string()),
+        BrokenPipe => ("EPIPE", "the reader closed the pipe".to_string()),
         AlreadyExists => ("EEXIST", "already exists".to_string()),
         _ => ("EIO", e.to_string()),
     };
@@ -488,6 +490,11 @@ impl SaveRequest {
             None => format_of(&path)?,
         };
         Ok(SaveRequest { path, format, options })
+    }
+
+    /// Whether the file can be written (see [`crate::formats::check_writable`]).
+    pub fn check(&self) -> JsResult<()> {
+        crate::formats::check_writable(Path::new(&self.path)).map_err(|e| io_error(&e, "write", &self.path))
     }
 
     pub fn write(&self, data: &ProfileData) -> JsResult<()> {

@@ -322,8 +322,9 @@ const STOP_KEYS: &str = "symbolicate, output, format, includeIdle, threadPrefix,
 /// saves the profile there, atomically (as {@link saveProfile}, which the
 /// other options are for). Everything happens in this one call, without
 /// reading the profile back from JavaScript. Options are checked before the
-/// sampler stops; if the file cannot be written after that, the error
-/// carries the profile as `error.profile`.
+/// sampler stops, `output` included (its directory must exist and take a
+/// new file): then the sampler is still running. If the file cannot be
+/// written after all, the error carries the profile as `error.profile`.
 ///
 /// @throws `ESRCH` if the sampler is not running; `EINVAL` for a bad
 ///   option; `ENOENT`, `EACCES`, … if the file cannot be written.
@@ -351,6 +352,11 @@ pub fn stop<'env>(env: &'env Env, options: Unknown<'env>) -> Result<Unknown<'env
         }
         None => None,
     };
+    if let Some(save) = &save {
+        if control::is_running() {
+            save.check()?;
+        }
+    }
     let buffer_rows = control::current_options().map_or(0, |o| o.buffer_samples);
     let mut data = control::stop_profile().map_err(js_error)?;
     warn_about_losses(env, &data.stats, buffer_rows);
@@ -370,7 +376,8 @@ pub fn stop<'env>(env: &'env Env, options: Unknown<'env>) -> Result<Unknown<'env
         if let Err(e) = save.write(&data) {
             // The session is over: hand the profile back with the error.
             // With the exception pending, the value returned is ignored.
-            let mut err = env.create_error(napi::Error::from_reason(e.reason.clone())).map_err(napi_fail)?;
+            let reason = format!("{}; the profile is in error.profile", e.reason);
+            let mut err = env.create_error(napi::Error::from_reason(reason)).map_err(napi_fail)?;
             err.set_named_property("code", e.status).map_err(napi_fail)?;
             err.set_named_property("profile", profile).map_err(napi_fail)?;
             env.throw(err).map_err(napi_fail)?;

@@ -256,6 +256,32 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Whether [`write_atomic`] could write `path` now, found without writing
+/// it: a directory is refused, an existing file that is not a regular one
+/// (a pipe, `/dev/stdout`) must be writable, and otherwise a file must be
+/// creatable beside the one the path leads to (a probe, removed at once).
+pub fn check_writable(path: &Path) -> io::Result<()> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_dir() => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
+        Ok(m) if !m.is_file() => {
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: `c` is a NUL-terminated path; access only reads it.
+            // Opening a pipe to find out could block until a reader comes.
+            return if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            };
+        }
+        _ => {}
+    }
+    let probe = temp_path(&final_path(path)?);
+    fs::OpenOptions::new().write(true).create_new(true).open(&probe)?;
+    let _ = fs::remove_file(&probe);
+    Ok(())
+}
+
 /// The descriptor a path names through `/proc/self/fd/N` or `/dev/fd/N`
 /// (where `/dev/stdout` leads), if it does.
 fn descriptor_named(path: &Path) -> Option<i32> {
@@ -430,6 +456,10 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"second");
         assert!(write_atomic(&dir, b"x").is_err(), "a directory is not overwritten");
         assert!(write_atomic(&dir.join("missing/out.txt"), b"x").is_err());
+        assert!(check_writable(&path).is_ok() && check_writable(&dir.join("new.txt")).is_ok());
+        assert_eq!(check_writable(&dir).unwrap_err().kind(), io::ErrorKind::IsADirectory);
+        assert_eq!(check_writable(&dir.join("missing/out.txt")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert!(check_writable(Path::new("/dev/null")).is_ok());
         let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
         fs::remove_dir_all(&dir).unwrap();

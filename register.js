@@ -155,8 +155,13 @@ function main() {
   if (durationS !== undefined) {
     // The sampler thread ends sampling on time however busy JavaScript is;
     // the profile is written when the program ends.
-    if (!(durationS > 0)) warn(`ignoring MACHSAMPLER_DURATION_S=${durationS}: not a positive number`)
-    else start.durationMs = Math.max(1, Math.round(durationS * 1000))
+    // Refused as a bad MACHSAMPLER_INTERVAL_MS is: nothing is sampled,
+    // rather than a whole run when a part was asked for.
+    if (!(durationS >= 0.001 && durationS <= 1e9)) {
+      warn(`cannot start sampling: MACHSAMPLER_DURATION_S must be between 0.001 and 1000000000 seconds, got '${durationS}'`)
+      return
+    }
+    start.durationMs = Math.max(1, Math.round(durationS * 1000))
   }
   try {
     ms.start(start)

@@ -343,6 +343,7 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ["'--' as an option's value", ['record', '-o', W('o6.html'), '--interval', '--', NODE, h.BUSY], 2, "option '--interval' needs a value"],
     ['bad --depth', ['record', '--depth', '5000', '-o', W('o7.html'), '--', NODE, h.BUSY], 2, 'maxStackDepth must be an integer from 1 to 1024'],
     ['bad --duration', ['record', '--duration', '-2', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, '--duration must be between 0.001 and 1000000000 seconds'],
+    ['contradicting options', ['record', '--perf-map', '--no-jit-names', '-o', W('o8b.html'), '--', NODE, h.BUSY], 2, '--perf-map and --no-jit-names contradict each other'],
     ['--duration too long for start()', ['record', '--duration', '99999999999', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, "--duration must be between 0.001 and 1000000000 seconds, got '99999999999'"],
     ['--duration below a millisecond', ['record', '--duration', '0.0001', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, "got '0.0001'"],
     ['unknown format', ['record', '-f', 'gif', '-o', W('o9.html'), '--', NODE, h.BUSY], 2, "unknown format 'gif'"],

@@ -93,6 +93,12 @@ function parseRecordArgs(argv) {
       throw new CliError(`--stalls: ${e.message}`, USAGE)
     }
   }
+  if (values['perf-map'] && values['no-jit-names']) {
+    throw new CliError(
+      '--perf-map and --no-jit-names contradict each other: --perf-map names JavaScript frames, --no-jit-names leaves them unnamed',
+      USAGE,
+    )
+  }
   const durationS = number(values, 'duration')
   // start()'s limits (durationMs: whole milliseconds, 1 to 10^12), in seconds.
   if (durationS !== undefined && !(durationS >= 0.001 && durationS <= 1e9)) {
@@ -114,7 +120,7 @@ function parseRecordArgs(argv) {
     stallsMs,
     jitNames: values['no-jit-names'] !== true,
     inline: values['no-inline'] !== true && values['no-jit-names'] !== true,
-    perfMap: values['perf-map'] === true && values['no-jit-names'] !== true,
+    perfMap: values['perf-map'] === true,
     includeIdle: values.idle === true,
     follow: values['no-follow'] !== true,
     view,
@@ -398,7 +404,9 @@ async function record(argv) {
       threadRoles: session.threadRoles,
     })
     for (const p of result.summary.processes) removePerfMap(opts, p.pid)
-    printWarnings(result)
+    // With --no-jit-names, unnamed JavaScript is what was asked for.
+    const asked = (w) => !opts.jitNames && /in JavaScript that has no name/.test(w)
+    printWarnings({ ...result, warnings: (result.warnings || []).filter((w) => !asked(w)) })
     if (result.outputs.length === 0) throw nothingRecorded(opts, result, status)
     if (!opts.quiet) process.stderr.write(summary(opts, result, session))
     return status

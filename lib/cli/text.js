@@ -43,7 +43,8 @@ function scope(report, thread, view) {
 function functionsTable(report, by, thread, view) {
   const lines = []
   const title = by === 'total' ? 'total' : 'self'
-  lines.push(`Top ${report.functions.length} functions by ${title} samples (${scope(report, thread, view)}):`)
+  const top = report.functions.length ? `Top ${report.functions.length} functions` : 'Functions'
+  lines.push(`${top} by ${title} samples (${scope(report, thread, view)}):`)
   if (report.functions.length === 0) {
     lines.push('  (no samples)')
     return lines
@@ -63,7 +64,7 @@ function functionsTable(report, by, thread, view) {
 
 /** Hot paths, leaf first (the leaf is what ran; callers follow). */
 function pathsTable(report) {
-  const lines = [`Top ${report.paths.length} call paths (leaf first):`]
+  const lines = [report.paths.length ? `Top ${report.paths.length} call paths (leaf first):` : 'Call paths (leaf first):']
   if (report.paths.length === 0) {
     lines.push('  (no samples)')
     return lines

@@ -336,11 +336,13 @@ impl<'a> Session<'a> {
     }
 
     /// Records a sample of thread `tid`: a new row, or one more on its last
-    /// row when both are idle with the same stack.
+    /// row when both are idle with the same stack. Once the buffer is full,
+    /// idle samples are dropped as busy ones are: idle runs growing on
+    /// while busy samples were dropped made the kept profile mostly idle.
     fn push(&mut self, tid: u64, rec: SampleRecord) {
         let stats = &self.shared.stats;
         let Some(st) = self.state.get_mut(&tid) else { return };
-        if rec.idle {
+        if rec.idle && !self.samples.is_full() {
             if let Some(row) = st.last_row {
                 if self.samples.extend_idle_run(row, rec.stack, rec.weight, rec.cpu_delta_ns) {
                     stats.samples_captured.add(rec.weight as u64);
@@ -1058,6 +1060,25 @@ mod tests {
         let cpu: u64 =
             (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] == t1).map(|i| rec.samples.cpu_delta_ns[i]).sum();
         assert_eq!(cpu, 900);
+    }
+
+    #[test]
+    fn a_full_buffer_drops_idle_samples_as_it_drops_busy_ones() {
+        // Thread 1 busy (a row per tick), thread 2 idle (one growing row).
+        let (b, rx, _) = fake(10, &[1, 2]);
+        let shared = Shared::default();
+        let opts = SamplerOptions { interval_ns: 1_000_000, buffer_samples: 4, mode: Mode::Wall, ..Default::default() };
+        let rec = run(b, opts, &shared, rx, Hooks::default());
+        let t2 = rec.threads.iter().position(|t| t.tid == 2).unwrap() as u32;
+        let kept = |t: u32| -> u64 {
+            (0..rec.samples.len()).filter(|&i| rec.samples.thread[i] == t).map(|i| rec.samples.weight[i] as u64).sum()
+        };
+        let t1 = 1 - t2;
+        assert_eq!(rec.samples.len(), 4);
+        // Two ticks fill it (thread 2's first sample is a capture, then an
+        // idle row); without the rule, that idle row grew to weight 9.
+        assert_eq!((kept(t1), kept(t2)), (2, 2));
+        assert_eq!(rec.stats.samples_captured + rec.stats.samples_dropped, 20);
     }
 
     #[test]

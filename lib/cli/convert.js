@@ -35,11 +35,18 @@ async function convert(argv) {
   const tmp = toStdout ? fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-')) : null
   try {
     const output = toStdout ? path.join(tmp, 'out') : values.output
-    const result = processFile(input, {
-      symbols,
-      output,
-      save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true, view },
-    })
+    let result
+    try {
+      result = processFile(input, {
+        symbols,
+        output,
+        save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true, view },
+      })
+    } catch (e) {
+      // `-o /dev/stdout | head`: a reader that stops early, as with `-o -`.
+      if (e.code === 'EPIPE') return 0
+      throw e
+    }
     printWarnings(result)
     if (result.outputs.length === 0) {
       const why = result.summary.samples === 0 ? 'the profile has no samples' : 'the profile has only idle samples; add --idle to draw them'

@@ -8,7 +8,7 @@ const { CliError, USAGE } = require('./args')
 
 /** An addon error (with a code and a message) as a CLI error. */
 function fromAddon(e) {
-  if (e && typeof e.code === 'string' && typeof e.message === 'string') return new CliError(e.message, 1)
+  if (e && typeof e.code === 'string' && typeof e.message === 'string') return Object.assign(new CliError(e.message, 1), { code: e.code })
   return e
 }
 

@@ -389,7 +389,10 @@ impl ReportRequest {
                 "top" => {
                     let n = number(&val, &what)?;
                     if !(n.fract() == 0.0 && (1.0..=100_000.0).contains(&n)) {
-                        return Err(einval(format!("{what} must be an integer from 1 to 100000, got {n}")));
+                        return Err(einval(format!(
+                            "{what} must be an integer from 1 to 100000, got {}",
+                            crate::sampler::options::js_number(n)
+                        )));
                     }
                     r.top = n as usize;
                 }

@@ -467,7 +467,10 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             "graceMs" => {
                 grace_ms = formats::number(&val, "options.graceMs")?;
                 if !(0.0..=60_000.0).contains(&grace_ms) {
-                    return Err(einval(format!("options.graceMs must be from 0 to 60000, got {grace_ms}")));
+                    return Err(einval(format!(
+                        "options.graceMs must be from 0 to 60000, got {}",
+                        crate::sampler::options::js_number(grace_ms)
+                    )));
                 }
             }
             "output" => output = Some(val),

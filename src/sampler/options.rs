@@ -64,7 +64,20 @@ pub fn integer_in_range(what: &str, value: f64, min: u64, max: u64) -> Result<u6
     if ok {
         Ok(value as u64)
     } else {
-        Err(SamplerError::inval(format!("{what} must be an integer from {min} to {max}, got {value}")))
+        Err(SamplerError::inval(format!("{what} must be an integer from {min} to {max}, got {}", js_number(value))))
+    }
+}
+
+/// `value` as JavaScript spells it (`Infinity`, `NaN`, `0` for -0).
+pub fn js_number(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_string()
+    } else if value.is_infinite() {
+        if value > 0.0 { "Infinity" } else { "-Infinity" }.to_string()
+    } else if value == 0.0 {
+        "0".to_string()
+    } else {
+        value.to_string()
     }
 }
 
@@ -102,6 +115,16 @@ impl SamplerOptions {
 mod tests {
     use super::*;
     use crate::sampler::error::ErrorCode;
+
+    #[test]
+    fn values_refused_are_spelled_as_javascript_does() {
+        let e = |v: f64| integer_in_range("n", v, 1, 10).unwrap_err().message;
+        assert_eq!(e(f64::INFINITY), "n must be an integer from 1 to 10, got Infinity");
+        assert_eq!(e(f64::NEG_INFINITY), "n must be an integer from 1 to 10, got -Infinity");
+        assert_eq!(e(f64::NAN), "n must be an integer from 1 to 10, got NaN");
+        assert_eq!(e(-0.0), "n must be an integer from 1 to 10, got 0");
+        assert_eq!(e(2.5), "n must be an integer from 1 to 10, got 2.5");
+    }
 
     #[test]
     fn accepts_the_range_ends() {

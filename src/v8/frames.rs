@@ -292,8 +292,11 @@ impl V8JsFrames {
         }
         let Some(map) = super::events::try_code_map() else { return };
         *n += 1;
-        let unknown =
-            self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if map.covering(addr).is_empty()));
+        // Known only if a live entry covers it: a dead one may be another
+        // isolate's, disposed of, whose addresses this one now uses (short
+        // workers coming and going), and says nothing of this code.
+        let live = |addr: u64| map.covering(addr).iter().any(|&(_, died, _)| died == u64::MAX);
+        let unknown = self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if !live(addr)));
         drop(map);
         if unknown {
             *n = CHECKED_SAMPLES;

@@ -21,5 +21,8 @@ let o = {}
 try {
   o = JSON.parse(r.stdout)
 } catch {}
-const bad = r.status !== 0 || !(o.startMs <= 10) || o.threads < n
+// start() grew with the threads (0.3 s for 2,000 of them); what it costs
+// without that (V8's code enumeration on the first start(), 6-23 ms on a
+// loaded CI machine) is the bench's to measure.
+const bad = r.status !== 0 || !(o.startMs <= 50) || o.threads < n
 verdict(bad, `status ${r.status}; start() took ${o.startMs?.toFixed(2)} ms with ${o.threads} threads; sampler CPU ${o.samplerCpuMs?.toFixed(0)} ms over 2 s; ${o.samples} samples`)

@@ -211,13 +211,24 @@ describe('saying so when something is off', () => {
   }, 60000)
 
   test('JavaScript that cannot be named: one warning that says why and what to do', () => {
-    // --no-jit-names leaves every JS frame unnamed: the same symptom as a
-    // worker whose isolate the sampler cannot read.
-    const r = h.cli(['record', '--no-jit-names', '-o', path.join(dir, 'unnamed.machprof'), '--', NODE, h.BUSY])
+    // A profile taken with JS names off has every JS frame unnamed: the
+    // same symptom as a worker whose isolate the sampler cannot read.
+    const raw = path.join(dir, 'unnamed-raw.machprof')
+    const program = `const ms = require(${JSON.stringify(path.join(__dirname, '..'))})
+ms.start({ intervalMs: 1, jsNames: false })
+function spin() { const e = Date.now() + 300; let x = 0; while (Date.now() < e) x += Math.sqrt(x + 1); return x }
+spin()
+ms.saveProfile(ms.stop(), ${JSON.stringify(raw)})`
+    expect(require('child_process').spawnSync(NODE, ['-e', program]).status).toBe(0)
+    const r = h.cli(['convert', raw, '-o', path.join(dir, 'unnamed.collapsed')])
     expect(r.status).toBe(0)
     const warnings = r.stderr.split('\n').filter((l) => l.includes('has no name'))
     expect(warnings).toHaveLength(1)
     expect(warnings[0]).toMatch(/^machsampler: [\d.]+% of thread main \(\d+\)'s samples are in JavaScript that has no name/)
     expect(warnings[0]).toContain('--perf-map')
+    // Asked for with --no-jit-names, unnamed JavaScript is not warned about.
+    const asked = h.cli(['record', '--no-jit-names', '-o', path.join(dir, 'unnamed.machprof'), '--', NODE, h.BUSY])
+    expect(asked.status).toBe(0)
+    expect(asked.stderr).not.toContain('has no name')
   }, 60000)
 })

@@ -186,6 +186,59 @@ fn errno() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Per signal number: signals taken, and intervals they carried (1 +
+    /// overrun each).
+    static COUNTS: [(AtomicU32, AtomicU32); 65] = [const { (AtomicU32::new(0), AtomicU32::new(0)) }; 65];
+
+    extern "C" fn count(sig: c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel's siginfo; a timer's overrun count is at
+        // offset 20.
+        let overrun = unsafe { (info as *const u8).add(20).cast::<i32>().read() };
+        if let Some((signals, intervals)) = COUNTS.get(sig as usize) {
+            signals.fetch_add(1, Ordering::Relaxed);
+            intervals.fetch_add(1 + overrun.max(0) as u32, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts real-time signal `sig` (this test's own) until dropped, then
+    /// puts the previous handler back.
+    struct Counting {
+        sig: c_int,
+        old: libc::sigaction,
+    }
+
+    impl Counting {
+        fn install(sig: c_int) -> Counting {
+            // SAFETY: sigaction is plain data, valid when zeroed; installs a
+            // handler that only counts, for a signal the test owns.
+            let old = unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = count as *const () as usize;
+                act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigaction(sig, &act, &mut old);
+                old
+            };
+            Counting { sig, old }
+        }
+
+        fn signals(&self) -> u32 {
+            COUNTS[self.sig as usize].0.load(Ordering::Relaxed)
+        }
+
+        fn intervals(&self) -> u32 {
+            COUNTS[self.sig as usize].1.load(Ordering::Relaxed)
+        }
+    }
+
+    impl Drop for Counting {
+        fn drop(&mut self) {
+            // SAFETY: restores the disposition `install` replaced.
+            unsafe { libc::sigaction(self.sig, &self.old, std::ptr::null_mut()) };
+        }
+    }
 
     #[test]
     fn first_expiries_are_spread_over_one_interval() {
@@ -223,26 +276,8 @@ mod tests {
 
     #[test]
     fn a_thread_cpu_timer_fires_only_while_the_thread_runs() {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static SIGNALS: AtomicU32 = AtomicU32::new(0);
-        static INTERVALS: AtomicU32 = AtomicU32::new(0);
-        extern "C" fn on(_: c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-            // SAFETY: the kernel's siginfo; a timer's overrun count is at
-            // offset 20.
-            let overrun = unsafe { (info as *const u8).add(20).cast::<i32>().read() };
-            SIGNALS.fetch_add(1, Ordering::Relaxed);
-            INTERVALS.fetch_add(1 + overrun.max(0) as u32, Ordering::Relaxed);
-        }
         let sig = libc::SIGRTMIN() + 1;
-        // SAFETY: installs a trivial handler for a real-time signal this
-        // test owns; restored below.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        unsafe {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on as *const () as usize;
-            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigaction(sig, &act, &mut old);
-        }
+        let counting = Counting::install(sig);
         let own_cpu = || {
             let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
             // SAFETY: `ts` is a valid out-pointer.
@@ -264,42 +299,24 @@ mod tests {
         let tid = tid_rx.recv().unwrap();
         let timer = CpuTimer::start(tid, sig, 7, 1_000_000, 0).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(30));
-        assert_eq!(SIGNALS.load(Ordering::Relaxed), 0, "an idle thread is never interrupted");
+        assert_eq!(counting.signals(), 0, "an idle thread is never interrupted");
         go_tx.send(()).unwrap();
         t.join().unwrap();
         drop(timer);
         // The kernel checks CPU timers at its scheduler tick, so one signal
         // may stand for several 1 ms intervals; with the overruns they add
         // up to the CPU time used.
-        let (signals, intervals) = (SIGNALS.load(Ordering::Relaxed), INTERVALS.load(Ordering::Relaxed));
+        let (signals, intervals) = (counting.signals(), counting.intervals());
         assert!((90..=101).contains(&intervals), "{intervals} intervals in {signals} signals");
         assert!(signals > 0 && signals <= intervals);
-        // SAFETY: restores the previous disposition.
-        unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+        drop(counting);
         assert!(CpuTimer::start(u32::MAX as u64, sig, 0, 1_000_000, 0).is_err(), "no such thread");
     }
 
     #[test]
     fn a_timer_set_back_to_a_missed_expiry_fires_at_once_for_every_interval_since() {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static SIGNALS: AtomicU32 = AtomicU32::new(0);
-        static INTERVALS: AtomicU32 = AtomicU32::new(0);
-        extern "C" fn on(_: c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-            // SAFETY: the kernel's siginfo; the overrun is at offset 20.
-            let overrun = unsafe { (info as *const u8).add(20).cast::<i32>().read() };
-            SIGNALS.fetch_add(1, Ordering::Relaxed);
-            INTERVALS.fetch_add(1 + overrun.max(0) as u32, Ordering::Relaxed);
-        }
         let sig = libc::SIGRTMIN() + 3;
-        // SAFETY: installs a trivial handler for a real-time signal this
-        // test owns; restored below.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        unsafe {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on as *const () as usize;
-            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigaction(sig, &act, &mut old);
-        }
+        let counting = Counting::install(sig);
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
@@ -319,7 +336,7 @@ mod tests {
         while cpu() < start + 50_000_000 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert_eq!(SIGNALS.load(Ordering::Relaxed), 0);
+        assert_eq!(counting.signals(), 0);
         // Not expired as the kernel sees it: left alone, whatever the count says.
         timer.first_ns = start;
         assert_eq!(timer.fire_if_starved(0, 0), Starved::No);
@@ -327,15 +344,14 @@ mod tests {
         // signal carries the 50 intervals since.
         timer.set_absolute(start).unwrap();
         let waited = std::time::Instant::now();
-        while SIGNALS.load(Ordering::Relaxed) == 0 && waited.elapsed().as_secs() < 5 {
+        while counting.signals() == 0 && waited.elapsed().as_secs() < 5 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        let carried = INTERVALS.load(Ordering::Relaxed);
+        let carried = counting.intervals();
         drop(timer);
         stop_tx.send(()).unwrap();
         t.join().unwrap();
-        // SAFETY: restores the previous disposition.
-        unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+        drop(counting);
         assert!((50..=80).contains(&carried), "{carried} intervals");
     }
 }

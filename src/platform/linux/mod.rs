@@ -103,8 +103,9 @@ const IDLE_CPU_THRESHOLD_NS: u64 = 50_000;
 /// its thread running: within one tick (4-10 ms) of the thread's CPU time,
 /// unless the thread keeps running between ticks.
 const STARVED_LIMIT_NS: u64 = 20_000_000;
-/// A thread whose timer carried intervals this recently is checked for a
-/// starved timer at every refresh; others a few per refresh, in turn.
+/// A thread sampled (or whose timer the sampler fired) this recently is
+/// checked for a starved timer at every refresh; others a few per refresh,
+/// in turn.
 const WARM_NS: u64 = 1_000_000_000;
 /// Starved-timer checks per refresh, at most: of warm threads, of others.
 const WARM_CHECKS_PER_REFRESH: usize = 64;
@@ -532,7 +533,7 @@ impl LinuxBackend {
     fn fire_starved_timers(&mut self, now: u64) {
         let fire = |t: &LinuxThread| -> bool {
             let (Some(timer), Some(slot)) = (t.timer.as_ref(), t.slot.and_then(signal::slot)) else { return false };
-            timer.fire_if_starved(slot.timer_intervals(), STARVED_LIMIT_NS) == timers::Starved::Fired
+            timer.fire_if_starved(slot.timer_intervals(), STARVED_LIMIT_NS)
         };
         let mut warm = std::mem::take(&mut self.warm);
         warm.retain(|tid| match self.threads.get_mut(tid) {

@@ -57,17 +57,6 @@ pub struct CpuTimer {
 // SAFETY: a timer id is a process-wide kernel handle, usable from any thread.
 unsafe impl Send for CpuTimer {}
 
-/// What [`CpuTimer::fire_if_starved`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Starved {
-    /// The thread has not run past its timer's expiry by the limit.
-    No,
-    /// It had: the timer was made to fire now.
-    Fired,
-    /// The thread is gone, or the timer could not be read or set.
-    Failed,
-}
-
 impl CpuTimer {
     /// Creates a timer for thread `tid` that sends `signal` with `value`
     /// every `interval_ns` of the thread's CPU time. `intervals_before` is
@@ -104,8 +93,10 @@ impl CpuTimer {
     }
 
     /// Makes the timer fire now if its thread has run `limit_ns` of CPU
-    /// time past the timer's next expiry without the kernel firing it.
-    /// `intervals` is the slot's current count of intervals carried.
+    /// time past the timer's next expiry without the kernel firing it;
+    /// true if it did. `intervals` is the slot's current count of
+    /// intervals carried. A thread gone, or a timer that cannot be read or
+    /// set, is left alone.
     ///
     /// The kernel checks CPU timers only at its scheduler tick, and only
     /// for the thread the tick interrupts. A thread that runs between
@@ -120,27 +111,24 @@ impl CpuTimer {
     /// the future, which the expired check below sees; only one delivered
     /// between that check and the re-arm (microseconds apart) would be
     /// counted twice.
-    pub fn fire_if_starved(&self, intervals: u32, limit_ns: u64) -> Starved {
+    pub fn fire_if_starved(&self, intervals: u32, limit_ns: u64) -> bool {
         let carried = intervals.wrapping_sub(self.intervals_before) as u64;
         let next_ns = self.first_ns.saturating_add(carried.saturating_mul(self.interval_ns));
-        let Some(now) = read_clock(self.clock) else { return Starved::Failed };
+        let Some(now) = read_clock(self.clock) else { return false };
         if now < next_ns.saturating_add(limit_ns) {
-            return Starved::No;
+            return false;
         }
         // SAFETY: itimerspec is plain integers, valid when zeroed.
         let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
         // SAFETY: `self.id` is a live timer; `cur` a valid out-pointer.
         if unsafe { libc::timer_gettime(self.id, &mut cur) } != 0 {
-            return Starved::Failed;
+            return false;
         }
         // An expired timer the kernel has not fired reads as 1 ns to go.
         if cur.it_value.tv_sec != 0 || cur.it_value.tv_nsec > 1 {
-            return Starved::No;
+            return false;
         }
-        match self.set_absolute(next_ns) {
-            Ok(()) => Starved::Fired,
-            Err(_) => Starved::Failed,
-        }
+        self.set_absolute(next_ns).is_ok()
     }
 }
 
@@ -339,7 +327,7 @@ mod tests {
         assert_eq!(counting.signals(), 0);
         // Not expired as the kernel sees it: left alone, whatever the count says.
         timer.first_ns = start;
-        assert_eq!(timer.fire_if_starved(0, 0), Starved::No);
+        assert!(!timer.fire_if_starved(0, 0));
         // Set back to an expiry 50 ms of CPU ago, it fires now, and its
         // signal carries the 50 intervals since.
         timer.set_absolute(start).unwrap();

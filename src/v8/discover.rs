@@ -312,6 +312,9 @@ pub fn start() {
         let spawned = crate::sampler::session::with_signals_blocked(|| {
             std::thread::Builder::new().name("machsampler-v8".into()).spawn(move || {
                 let _own = crate::sampler::own_threads::OwnThread::mark();
+                // A handler waits on this thread: it must get a core at
+                // once even when busy threads fill them all.
+                crate::platform::linux::sched::run_promptly();
                 serve(api)
             })
         });

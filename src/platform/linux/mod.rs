@@ -23,6 +23,7 @@ mod check_queue;
 pub mod code;
 pub mod modules;
 pub mod procfs;
+pub mod sched;
 pub mod signal;
 pub mod timers;
 
@@ -716,16 +717,8 @@ impl Backend for LinuxBackend {
 
     fn sampling_started(&mut self) {
         // With more runnable threads than cores, a normal-priority sampler
-        // waits for a time slice after each wake-up and misses ticks. The
-        // lowest real-time priority lets it run on time; it sleeps between
-        // ticks, and the kernel's real-time throttling bounds it regardless.
-        // Without the privilege (CAP_SYS_NICE or RLIMIT_RTPRIO) this fails
-        // and it stays normal.
-        if std::env::var_os("MACHSAMPLER_NO_REALTIME").is_none() {
-            let param = libc::sched_param { sched_priority: 1 };
-            // SAFETY: changes only the calling thread's policy; `param` is valid.
-            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-        }
+        // waits for a time slice after each wake-up and misses ticks.
+        sched::run_promptly();
     }
 
     fn now_ns(&self) -> u64 {

@@ -38,7 +38,13 @@ pub struct ScriptMap {
     map: sourcemap::SourceMap,
     /// Where relative `sources` are resolved from (the map's directory).
     dir: PathBuf,
+    /// The compiled script: which identifier a map entry stands on.
+    script: sourcemap::SourceView,
 }
+
+/// How many map entries before a function's position are searched for
+/// its name (`name = (a, b) =>` puts the name a few entries back).
+const NAME_LOOKBACK: usize = 12;
 
 /// The per-symbolization view: maps by script, each problem said once.
 #[derive(Default)]
@@ -126,6 +132,7 @@ fn load(path: &Path) -> Loaded {
     }
     let script = read_bounded(path, MAX_SCRIPT_BYTES)?;
     let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let view = || sourcemap::SourceView::from_string(String::from_utf8_lossy(&script).into_owned());
     let (bytes, map_dir, what) = match map_reference(&script) {
         Some(url) if url.starts_with("data:") => {
             let map = match sourcemap::decode_data_url(&url).map_err(|e| format!("inline source map: {e}"))? {
@@ -133,7 +140,7 @@ fn load(path: &Path) -> Loaded {
                 sourcemap::DecodedMap::Index(i) => i.flatten().map_err(|e| format!("inline source map: {e}"))?,
                 sourcemap::DecodedMap::Hermes(h) => (*h).clone(),
             };
-            return Ok(Some(Arc::new(ScriptMap { map, dir })));
+            return Ok(Some(Arc::new(ScriptMap { map, dir, script: view() })));
         }
         Some(url) if url.contains("://") && !url.starts_with("file://") => {
             return Err(format!("source map {url} is not a local file"));
@@ -154,7 +161,7 @@ fn load(path: &Path) -> Loaded {
         }
     };
     let map = decode(&bytes).map_err(|e| format!("source map {}: {e}", what.display()))?;
-    Ok(Some(Arc::new(ScriptMap { map, dir: map_dir })))
+    Ok(Some(Arc::new(ScriptMap { map, dir: map_dir, script: view() })))
 }
 
 fn cached_load(path: &Path) -> Loaded {
@@ -183,32 +190,96 @@ pub struct Original {
 }
 
 impl ScriptMap {
-    /// Maps a 1-based compiled position.
-    pub fn original(&self, line: u32, column: u32) -> Option<Original> {
+    /// Maps a 1-based compiled position of the function V8 names
+    /// `compiled` there.
+    pub fn original(&self, line: u32, column: u32, compiled: &str) -> Option<Original> {
         let (l, c) = (line.checked_sub(1)?, column.saturating_sub(1));
         let t = self.map.lookup_token(l, c)?;
         // A token from an earlier line says nothing about this position.
         if t.get_dst_line() != l {
             return None;
         }
-        let source = t.get_source()?;
+        let source = t.get_source().filter(|s| !s.is_empty())?;
         let file = match script_path(source) {
             Some(p) => p,
+            // A URL the bundler made up (`webpack://app/./src/a.ts`) is
+            // shown as written: joined to a directory it names no file.
+            None if has_scheme(source) => PathBuf::from(source),
             None => normalize(&self.dir.join(percent_decode(source))),
         };
-        // V8 puts a function at its parameter list; the original name is
-        // on the identifier just before it (or on the token itself).
-        let name = t.get_name().map(str::to_string).or_else(|| {
-            let before = self.map.lookup_token(l, c.checked_sub(1)?)?;
-            (before.get_dst_line() == l).then(|| before.get_name().map(str::to_string)).flatten()
-        });
         Some(Original {
             file: file.to_string_lossy().into_owned(),
             line: t.get_src_line() + 1,
             column: t.get_src_col() + 1,
-            name,
+            name: self.original_name(l, c, compiled),
         })
     }
+
+    /// The original name of the function V8 calls `compiled` and places
+    /// at 0-based (l, c), the start of its parameters. A map names every
+    /// identifier, parameters too, and an arrow function starts at its
+    /// first parameter: the name is taken only from an entry that stands
+    /// on the function's own compiled name (`c` in `c=n=>…`, `b` in
+    /// `function b(…)` or `b=function(…)`), at or a few entries before the
+    /// position, on its line or the one before. None when no entry does,
+    /// or it has no name (the name was not changed).
+    fn original_name(&self, l: u32, c: u32, compiled: &str) -> Option<String> {
+        let wanted = own_name(compiled)?;
+        let mut at = (l, c);
+        for _ in 0..NAME_LOOKBACK {
+            let t = self.map.lookup_token(at.0, at.1)?;
+            let (tl, tc) = t.get_dst();
+            if l - tl > 1 {
+                return None;
+            }
+            if self.identifier_at(tl, tc) == Some(wanted) {
+                return t.get_name().filter(|n| !n.is_empty()).map(str::to_string);
+            }
+            at = match (tl, tc) {
+                (_, 1..) => (tl, tc - 1),
+                (1.., 0) => (tl - 1, u32::MAX),
+                (0, 0) => return None,
+            };
+        }
+        None
+    }
+
+    /// The identifier that starts at 0-based line `l`, UTF-16 column `c`
+    /// of the compiled script.
+    fn identifier_at(&self, l: u32, c: u32) -> Option<&str> {
+        let line = self.script.get_line(l)?;
+        let mut units = 0;
+        let start = line.char_indices().find_map(|(i, ch)| {
+            let here = units;
+            units += ch.len_utf16() as u32;
+            (here >= c).then_some(i)
+        })?;
+        let rest = &line[start..];
+        let end = rest.find(|ch: char| !is_identifier_char(ch)).unwrap_or(rest.len());
+        (end > 0).then(|| &rest[..end])
+    }
+}
+
+fn is_identifier_char(ch: char) -> bool {
+    ch == '_' || ch == '$' || ch.is_alphanumeric()
+}
+
+/// The identifier a function's own name ends with: `arrowProp` of V8's
+/// `obj.arrowProp`, `size` of `get size`. None for an anonymous function.
+fn own_name(compiled: &str) -> Option<&str> {
+    let bare = compiled.strip_prefix("get ").or_else(|| compiled.strip_prefix("set ")).unwrap_or(compiled);
+    let last = bare.rsplit('.').next()?;
+    (!last.is_empty() && last.chars().all(is_identifier_char) && !last.starts_with(|ch: char| ch.is_ascii_digit()))
+        .then_some(last)
+}
+
+/// A URL with a scheme (`webpack://`, `http:`), not a path.
+fn has_scheme(s: &str) -> bool {
+    s.split_once(':').is_some_and(|(scheme, _)| {
+        scheme.len() > 1
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    })
 }
 
 /// `url:line:column` split, if it has both numbers.
@@ -242,7 +313,7 @@ impl SourceMaps {
         let compiled = Function { name: n.display, module: -1, file: n.file, line: n.line, kind: FunctionKind::Js };
         let Some((url, line, column)) = split_position(&js.location).filter(|_| js.is_js) else { return compiled };
         let Some(map) = self.map_for(url, warn) else { return compiled };
-        let Some(o) = map.original(line, column) else { return compiled };
+        let Some(o) = map.original(line, column, &js.function) else { return compiled };
         let name = match o.name {
             Some(n) if !n.is_empty() => n,
             _ => js.function.clone(),
@@ -333,6 +404,55 @@ mod tests {
     }
 
     #[test]
+    fn minified_functions_get_their_own_names_never_a_parameter_s() {
+        // esbuild --minify of src/shapes.ts (see the fixture's README).
+        let dir = fixture("sourcemap/arrows");
+        let js = dir.join("out/min.js");
+        let text = std::fs::read_to_string(&js).unwrap();
+        // (V8's name, text around the function, where V8 places it in
+        // that text: an arrow at its parameter, a function at its `(`).
+        let cases = [
+            ("c", "c=n=>o(n)", 2, "arrowOneParam"),
+            ("s", "s=n=>o(n)", 2, "arrowParenless"),
+            ("p", "p=async n=>", 8, "asyncArrow"),
+            ("b", "b=function(r)", 10, "fnExpr"),
+            ("x", "x=function(n)", 10, "anonFnExpr"),
+            ("a.arrowProp", "arrowProp:n=>", 10, "a.arrowProp"),
+            ("w", "function w(n)", 10, "declared"),
+            ("o", "function o(n)", 10, "spin"),
+        ];
+        for (v8_name, needle, offset, want) in cases {
+            let at = text.find(needle).unwrap_or_else(|| panic!("{needle}")) + offset;
+            let (line, col) = (text[..at].matches('\n').count() + 1, at - text[..at].rfind('\n').map_or(0, |n| n + 1));
+            let (f, w) = map_all(&format!("JS:*{v8_name} {}:{line}:{}", js.display(), col + 1));
+            assert!(w.is_empty(), "{w:?}");
+            assert!(f.file.ends_with("src/shapes.ts"), "{}", f.file);
+            assert_eq!(f.name.split(' ').next().unwrap(), want, "{needle}: {}", f.name);
+        }
+        // Anonymous: V8's name stays, whatever the map calls the parameter.
+        let at = text.find("c=n=>").unwrap() + 2;
+        let (f, _) = map_all(&format!("JS:* {}:1:{}", js.display(), at + 1));
+        assert!(!f.name.contains("budgetMs"), "{}", f.name);
+    }
+
+    #[test]
+    fn a_source_with_a_scheme_is_kept_as_written() {
+        let dir = crate::symbols::test_fixtures::tempdir("srcmap-scheme");
+        let js = dir.join("bundle.js");
+        std::fs::write(&js, "function f(){}\n//# sourceMappingURL=bundle.js.map\n").unwrap();
+        // One segment: column 0 of line 0 maps to source 0, line 4, column 2.
+        std::fs::write(
+            dir.join("bundle.js.map"),
+            r#"{"version":3,"sources":["webpack://app/./src/a.ts"],"names":[],"mappings":"AAIE"}"#,
+        )
+        .unwrap();
+        let (f, w) = map_all(&format!("JS:*f {}:1:11", js.display()));
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!((f.file.as_str(), f.line), ("webpack://app/./src/a.ts", 5));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn no_map_keeps_the_compiled_position_silently_a_broken_one_warns() {
         let dir = crate::symbols::test_fixtures::tempdir("srcmap");
         let plain = dir.join("plain.js");
@@ -369,6 +489,12 @@ mod tests {
 
     #[test]
     fn urls_and_paths() {
+        assert!(has_scheme("webpack://app/a.ts") && has_scheme("http://x") && !has_scheme("src/a.ts"));
+        assert!(!has_scheme("C:/a.ts") && !has_scheme(""));
+        assert_eq!(own_name("obj.arrowProp"), Some("arrowProp"));
+        assert_eq!(own_name("get size"), Some("size"));
+        assert_eq!(own_name(""), None);
+        assert_eq!(own_name("(anonymous)"), None);
         assert_eq!(script_path("file:///a/b%20c.js"), Some(PathBuf::from("/a/b c.js")));
         assert_eq!(script_path("node:internal/x"), None);
         assert_eq!(script_path("/a.js"), Some(PathBuf::from("/a.js")));

@@ -579,7 +579,7 @@ export interface StartOptions {
   durationMs?: number
   /**
    * Frames recorded per stack, leaf first: an integer from 1 to 1024.
-   * Default 128. Deeper stacks are truncated and counted in
+   * Default 512. Deeper stacks are truncated and counted in
    * `stats.truncatedStacks`.
    */
   maxStackDepth?: number

@@ -51,7 +51,7 @@ Options:
                         they use; wall: every thread every interval, waiting
                         ones too (marked idle), to see where threads block
       --buffer <rows>   sample buffer capacity (default 1000000)
-      --depth <n>       frames kept per stack: 1 to 1024 (default 128)
+      --depth <n>       frames kept per stack: 1 to 1024 (default 512)
       --duration <s>    stop sampling after <s> seconds (the program runs on;
                         the profile is written when it ends)
       --no-jit-names    do not name JavaScript frames (they stay 0x...)

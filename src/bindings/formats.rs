@@ -760,6 +760,7 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
     if symbolicate {
         warnings.extend(crate::formats::warnings::unnamed_js(&data));
     }
+    warnings.extend(crate::formats::warnings::cut_stacks(&data));
     let mut outputs = Vec::new();
     if let Some(s) = &save {
         let holds_many = matches!(s.format, Format::Machprof | Format::Firefox);

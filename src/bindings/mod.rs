@@ -278,7 +278,7 @@ pub struct JsStartOptions {
     /// returns the profile.
     pub duration_ms: Option<f64>,
     /// Frames recorded per stack, leaf first: an integer from 1 to 1024.
-    /// Default 128. Deeper stacks are truncated and counted in
+    /// Default 512. Deeper stacks are truncated and counted in
     /// `stats.truncatedStacks`.
     pub max_stack_depth: Option<u32>,
     /// Walk native frames (true, the default) or record only the leaf pc.

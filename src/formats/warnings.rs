@@ -1,6 +1,7 @@
 //! What a profile cannot show, said once: JavaScript that could not be
-//! named shows as bare addresses (`0x7f1d0000c488`), which a user cannot
-//! act on without knowing why.
+//! named shows as bare addresses (`0x7f1d0000c488`), and stacks cut at the
+//! depth limit lose their callers, which a user cannot act on without
+//! knowing why.
 
 use super::names::{resolve, thread_label};
 use crate::profile::{FunctionKind, ProfileData};
@@ -64,11 +65,47 @@ pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
     )]
 }
 
+/// One warning if more than [`MIN_SHARE`] of the samples had their stacks
+/// cut at the depth limit: their outer frames, the thread's entry point
+/// included, are missing, and totals of callers above the cut are low.
+pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
+    let (cut, all) = (profile.stats.truncated_stacks, profile.stats.samples_captured);
+    if cut == 0 || (cut as f64) < MIN_SHARE * all as f64 {
+        return Vec::new();
+    }
+    // The limit the session had: its deepest stack.
+    let mut depth = vec![0u32; profile.stack_parent.len()];
+    for s in 0..depth.len() {
+        let up = profile.stack_parent[s];
+        depth[s] = if up >= 0 { depth[up as usize] + 1 } else { 1 };
+    }
+    let limit = depth.iter().copied().max().unwrap_or(0);
+    vec![format!(
+        "{:.1}% of stacks were cut at the depth limit ({limit} frames): their outer frames, the thread's \
+         entry point included, are missing, and their callers' totals are too low. Record again with a \
+         larger --depth (maxStackDepth, up to 1024).",
+        100.0 * cut as f64 / all.max(1) as f64
+    )]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::profile::tests::sample_profile;
     use crate::profile::Function;
+
+    #[test]
+    fn warns_when_stacks_were_cut_at_the_depth_limit() {
+        let mut p = sample_profile();
+        p.stats.samples_captured = 1000;
+        p.stats.truncated_stacks = 5;
+        assert!(cut_stacks(&p).is_empty(), "0.5 % is noise");
+        p.stats.truncated_stacks = 300;
+        let w = cut_stacks(&p);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("30.0% of stacks were cut at the depth limit ("), "{}", w[0]);
+        assert!(w[0].contains("--depth"), "{}", w[0]);
+    }
 
     #[test]
     fn warns_once_about_unnamed_code() {

@@ -11,7 +11,7 @@ pub const INTERVAL_MS_MAX: u64 = 1000;
 pub const INTERVAL_MS_DEFAULT: u64 = 10;
 pub const MAX_STACK_DEPTH_MIN: usize = 1;
 pub const MAX_STACK_DEPTH_MAX: usize = 1024;
-pub const MAX_STACK_DEPTH_DEFAULT: usize = 128;
+pub const MAX_STACK_DEPTH_DEFAULT: usize = 512;
 pub const BUFFER_SAMPLES_MIN: usize = 1;
 pub const BUFFER_SAMPLES_MAX: usize = 100_000_000;
 /// 1 M samples: 100 s of 100 threads at 100 Hz. Reserved, not resident.

@@ -112,6 +112,17 @@ fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, E
 /// A file-system error as a JS error whose `code` is the errno name.
 fn io_error(e: &io::Error, verb: &str, path: &str) -> napi::Error<&'static str> {
     use io::ErrorKind::*;
+    let os = match e.raw_os_error() {
+        Some(libc::ENAMETOOLONG) => Some(("ENAMETOOLONG", "file name too long")),
+        Some(libc::EFBIG) => Some(("EFBIG", "file too large")),
+        Some(libc::ELOOP) => Some(("ELOOP", "too many levels of symbolic links")),
+        Some(libc::EDQUOT) => Some(("EDQUOT", "disk quota exceeded")),
+        Some(libc::EMFILE | libc::ENFILE) => Some(("EMFILE", "too many open files")),
+        _ => None,
+    };
+    if let Some((code, text)) = os {
+        return napi::Error::new(code, format!("cannot {verb} '{path}': {text}"));
+    }
     let (code, text) = match e.kind() {
         NotFound if verb == "write" => ("ENOENT", "no such directory".to_string()),
         NotFound => ("ENOENT", "no such file or directory".to_string()),
@@ -122,6 +133,8 @@ fn io_error(e: &io::Error, verb: &str, path: &str) -> napi::Error<&'static str> 
         StorageFull => ("ENOSPC", "no space left on device".to_string()),
         BrokenPipe => ("EPIPE", "the reader closed the pipe".to_string()),
         AlreadyExists => ("EEXIST", "already exists".to_string()),
+        // A NUL byte in the path, which no file name can hold.
+        InvalidInput => ("EINVAL", e.to_string()),
         _ => ("EIO", e.to_string()),
     };
     napi::Error::new(code, format!("cannot {verb} '{path}': {text}"))

@@ -59,11 +59,13 @@ impl Names {
     }
 }
 
-/// The frame a JS function's entry becomes: tagged if it is JavaScript,
-/// the address itself otherwise (builtins and stubs are named natively).
+/// The frame a JS function's entry becomes: tagged if it is JavaScript or
+/// a compiled regular expression (code no module holds, named only by
+/// V8), the address itself otherwise (builtins and stubs are named
+/// natively, from the binary).
 fn renamed(names: &mut Names, addr: u64, raw: Option<&str>) -> u64 {
     match raw {
-        Some(raw) if super::codemap::is_js_name(raw) => names.tag(raw),
+        Some(raw) if super::codemap::is_js_name(raw) || raw.starts_with("RegExp:") => names.tag(raw),
         _ => addr,
     }
 }
@@ -260,22 +262,33 @@ mod tests {
         map.add(0x2000, 0x100, CodeKind::Jit, "JS:*a /a.js:5:1", 1, 0);
         map.add(0x2000, 0x100, CodeKind::Jit, "JS:*b /a.js:9:1", 1, 50);
         map.add(0x3000, 0x100, CodeKind::Jit, "Builtin:Foo", 0, 0);
+        // A compiled regular expression, called from the builtin.
+        map.add(0x5000, 0x100, CodeKind::Jit, "RegExp:^a+b$", 1, 0);
         // The same function at another tier: one name.
         map.add(0x4000, 0x100, CodeKind::Bytecode, "JS:~fib /a.js:1:1", 1, 0);
-        // Frames: native, fib, reused, builtin, fib's bytecode.
-        let mut frames = vec![0x9000, 0x1010, 0x2010, 0x3010, 0x4010];
-        // Stacks: 0 = [native], 1 = native<-fib, 2 = native<-reused, 3 = native<-builtin<-fib bytecode
-        let mut stack_frame = vec![0, 1, 2, 3, 4];
-        let mut stack_parent = vec![-1, 0, 0, 0, 3];
-        let mut samples = vec![1, 2, 2, 4];
-        let times = [10, 20, 60, 70];
+        // Frames: native, fib, reused, builtin, fib's bytecode, regexp.
+        let mut frames = vec![0x9000, 0x1010, 0x2010, 0x3010, 0x4010, 0x5010];
+        // Stacks: 0 = [native], 1 = native<-fib, 2 = native<-reused,
+        // 3 = native<-builtin<-fib bytecode, 5 = native<-builtin<-regexp
+        let mut stack_frame = vec![0, 1, 2, 3, 4, 5];
+        let mut stack_parent = vec![-1, 0, 0, 0, 3, 3];
+        let mut samples = vec![1, 2, 2, 4, 5];
+        let times = [10, 20, 60, 70, 80];
         let mut names = Vec::new();
         let cols =
             StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
         let by_time =
             resolve_js_frames(&map, cols, &mut samples, &times, &mut names, &InlineLog::default(), usize::MAX);
         assert_eq!(by_time, 2);
-        assert_eq!(names, vec!["JS:*fib /a.js:1:1".to_string(), "JS:*a /a.js:5:1".into(), "JS:*b /a.js:9:1".into()]);
+        assert_eq!(
+            names,
+            vec![
+                "JS:*fib /a.js:1:1".to_string(),
+                "RegExp:^a+b$".into(),
+                "JS:*a /a.js:5:1".into(),
+                "JS:*b /a.js:9:1".into()
+            ]
+        );
         let leaf = |s: usize| frames[stack_frame[samples[s] as usize] as usize];
         let root = |s: usize| {
             let mut n = samples[s] as i32;
@@ -285,11 +298,12 @@ mod tests {
             frames[stack_frame[n as usize] as usize]
         };
         assert_eq!(leaf(0), TAGGED_FRAME);
-        assert_eq!(leaf(1), TAGGED_FRAME | 1, "a at t=20");
-        assert_eq!(leaf(2), TAGGED_FRAME | 2, "b at t=60");
+        assert_eq!(leaf(1), TAGGED_FRAME | 2, "a at t=20");
+        assert_eq!(leaf(2), TAGGED_FRAME | 3, "b at t=60");
         assert_eq!(leaf(3), TAGGED_FRAME, "fib's bytecode is fib");
+        assert_eq!(leaf(4), TAGGED_FRAME | 1, "the regular expression is named");
         assert_eq!(frames[stack_frame[stack_parent[samples[3] as usize] as usize] as usize], 0x3010, "builtins stay");
-        for s in 0..4 {
+        for s in 0..5 {
             assert_eq!(root(s), 0x9000);
         }
         // Tagged frames are unique.

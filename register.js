@@ -149,6 +149,20 @@ function main() {
   }
   if (sessionDir) watchWorkers(sessionDir)
 
+  if (settings.bad.length) {
+    warn(`cannot start sampling: ${settings.bad[0]}`)
+    return
+  }
+  if (!sessionDir) {
+    // MACHSAMPLER_OUTPUT: a profile that cannot be written is said now,
+    // not after the whole run.
+    try {
+      require('./lib/output.js').checkWritable(output)
+    } catch (e) {
+      warn(`cannot start sampling: ${e.message}`)
+      return
+    }
+  }
   const ms = require('./index.js')
   const { durationS } = settings
   const start = { ...settings.start }

@@ -238,6 +238,24 @@ describe('register.js without the CLI', () => {
   })
 })
 
+describe('register.js refuses settings it cannot honour, before the program runs', () => {
+  test.each([
+    [{ MACHSAMPLER_INTERVAL_MS: '0x10' }, "MACHSAMPLER_INTERVAL_MS must be a decimal number, got '0x10'"],
+    [{ MACHSAMPLER_DURATION_S: '1e1' }, "MACHSAMPLER_DURATION_S must be a decimal number, got '1e1'"],
+    [{ MACHSAMPLER_OUTPUT: '/nonexistent-dir/x.html' }, "cannot write '/nonexistent-dir/x.html': no such directory"],
+  ])('%p', (extra, message) => {
+    const r = spawnSync(NODE, ['-r', path.join(h.ROOT, 'register.js'), '-e', 'console.log("ran")'], {
+      env: { ...process.env, MACHSAMPLER_OUTPUT: path.join(dir, 'refused.html'), ...extra },
+      encoding: 'utf8',
+      timeout: 60000,
+    })
+    expect(r.status).toBe(0)
+    expect(r.stdout).toBe('ran\n')
+    expect(r.stderr).toBe(`machsampler: cannot start sampling: ${message}\n`)
+    expect(fs.existsSync(path.join(dir, 'refused.html'))).toBe(false)
+  })
+})
+
 describe('report and convert', () => {
   test('report prints threads, hot functions and hot paths', () => {
     const r = h.cli(['report', machprof])

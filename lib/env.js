@@ -68,28 +68,38 @@ function forRecordedProgram(
   return env
 }
 
-function number(env, name) {
+// A plain decimal number, as the CLI writes them: `Number()` would also
+// take '0x10', '1e1' and ' 5 ', which start() refuses when given directly.
+const DECIMAL = /^[0-9]+(\.[0-9]+)?$/
+
+function number(env, name, bad) {
   const v = env[name]
-  return v === undefined || v === '' ? undefined : Number(v)
+  if (v === undefined || v === '') return undefined
+  if (DECIMAL.test(v)) return Number(v)
+  bad.push(`${name} must be a decimal number, got '${v}'`)
+  return undefined
 }
 
 /** What register.js is asked to do. */
 function readSettings(env) {
   const sessionDir = env.MACHSAMPLER_SESSION_DIR || undefined
+  // Settings that are not numbers: register.js refuses to sample.
+  const bad = []
   return {
     sessionDir,
+    bad,
     start: {
-      intervalMs: number(env, 'MACHSAMPLER_INTERVAL_MS'),
-      maxStackDepth: number(env, 'MACHSAMPLER_MAX_STACK_DEPTH'),
-      bufferSamples: number(env, 'MACHSAMPLER_BUFFER_SAMPLES'),
+      intervalMs: number(env, 'MACHSAMPLER_INTERVAL_MS', bad),
+      maxStackDepth: number(env, 'MACHSAMPLER_MAX_STACK_DEPTH', bad),
+      bufferSamples: number(env, 'MACHSAMPLER_BUFFER_SAMPLES', bad),
       mode: env.MACHSAMPLER_MODE || undefined,
       jsNames: env.MACHSAMPLER_NO_JS_NAMES === '1' ? false : undefined,
     },
-    durationS: number(env, 'MACHSAMPLER_DURATION_S'),
+    durationS: number(env, 'MACHSAMPLER_DURATION_S', bad),
     output: sessionDir ? undefined : env.MACHSAMPLER_OUTPUT || undefined,
     live: Boolean(sessionDir) && env.MACHSAMPLER_LIVE === '1',
     follow: Boolean(sessionDir) && env.MACHSAMPLER_FOLLOW === '1',
-    stallsMs: sessionDir ? number(env, 'MACHSAMPLER_STALLS_MS') : undefined,
+    stallsMs: sessionDir ? number(env, 'MACHSAMPLER_STALLS_MS', bad) : undefined,
   }
 }
 

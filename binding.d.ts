@@ -78,7 +78,11 @@ export interface ExportOptions {
    * (default true). False merges all threads.
    */
   threadPrefix?: boolean
-  /** gzip a `.machprof` file (default true). */
+  /**
+   * gzip a `.machprof` file (default true). Machprof only: given with
+   * another format it is refused (`EINVAL`), since pprof is always
+   * gzipped and the others never are.
+   */
   compress?: boolean
   /**
    * Which frames to show: `mixed` (default: everything), `js` (runtime

@@ -92,21 +92,40 @@ fn parse_view(v: &Unknown, what: &str) -> JsResult<crate::formats::View> {
 }
 
 /// Export options; `format` is accepted only where the caller allows it.
-fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, ExportOptions)> {
+/// The last value says whether `compress` was given (see [`check_compress`]).
+fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, ExportOptions, bool)> {
     let mut opts = ExportOptions::default();
     let mut format = None;
+    let mut compress_given = false;
     for (key, val) in entries(v, "options")? {
         let what = format!("options.{key}");
         match key.as_str() {
             "format" if allow_format => format = Some(parse_format(&string(&val, &what)?)?),
             "includeIdle" => opts.include_idle = boolean(&val, &what)?,
             "threadPrefix" => opts.thread_prefix = boolean(&val, &what)?,
-            "compress" => opts.compress = boolean(&val, &what)?,
+            "compress" => {
+                opts.compress = boolean(&val, &what)?;
+                compress_given = true;
+            }
             "view" => opts.view = parse_view(&val, &what)?,
             _ => return Err(einval(format!("unknown option '{key}'; valid options are {EXPORT_KEYS}"))),
         }
     }
-    Ok((format, opts))
+    Ok((format, opts, compress_given))
+}
+
+/// `compress` is a choice for `.machprof` only: pprof is always gzipped,
+/// the other formats never. Given for another, it is refused rather than
+/// ignored.
+fn check_compress(format: Format, given: bool) -> JsResult<()> {
+    if given && format != Format::Machprof {
+        return Err(einval(format!(
+            "options.compress applies to the machprof format only; {} is {}",
+            format.name(),
+            if format == Format::Pprof { "always gzip-compressed" } else { "never compressed" }
+        )));
+    }
+    Ok(())
 }
 
 /// A file-system error as a JS error whose `code` is the errno name.
@@ -155,7 +174,9 @@ pub struct JsExportOptions {
     /// Root every collapsed stack / flame-graph tower at its thread
     /// (default true). False merges all threads.
     pub thread_prefix: Option<bool>,
-    /// gzip a `.machprof` file (default true).
+    /// gzip a `.machprof` file (default true). Machprof only: given with
+    /// another format it is refused (`EINVAL`), since pprof is always
+    /// gzipped and the others never are.
     pub compress: Option<bool>,
     /// Which frames to show: `mixed` (default: everything), `js` (runtime
     /// internals folded into the calling JavaScript function, as
@@ -182,7 +203,8 @@ pub fn export_profile<'env>(
     options: Unknown,
 ) -> Result<BufferSlice<'env>, &'static str> {
     let format = parse_format(&string(&format, "format")?)?;
-    let (_, opts) = export_options(options, false)?;
+    let (_, opts, compress_given) = export_options(options, false)?;
+    check_compress(format, compress_given)?;
     let data = profile_from_js(profile)?;
     let bytes = crate::formats::export_with(&data, format, &opts).map_err(einval)?;
     BufferSlice::copy_from(env, bytes).map_err(napi_fail)
@@ -497,14 +519,15 @@ impl SaveRequest {
     /// may name a `format`; without one, the path's extension decides.
     pub fn parse(output: &Unknown, what: &str, options: Option<Unknown>) -> JsResult<Self> {
         let path = string(output, what)?;
-        let (format, options) = match options {
+        let (format, options, compress_given) = match options {
             Some(o) => export_options(o, true)?,
-            None => (None, ExportOptions::default()),
+            None => (None, ExportOptions::default(), false),
         };
         let format = match format {
             Some(f) => f,
             None => format_of(&path)?,
         };
+        check_compress(format, compress_given)?;
         Ok(SaveRequest { path, format, options })
     }
 

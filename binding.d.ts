@@ -660,13 +660,6 @@ export interface Stats {
    */
   starvedTimers: number
   /**
-   * CPU mode (Linux): probes sent to threads running JavaScript of an
-   * isolate not registered yet whose sample landed outside V8's
-   * generated code, so that they are found there and their code is
-   * named from then on. A probe records nothing.
-   */
-  discoveryProbes: number
-  /**
    * Bytes of stack copied while threads were stopped (Linux): a
    * copy ends at the thread's first frames, not at the top of
    * its stack, once those are known.

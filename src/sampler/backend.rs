@@ -140,8 +140,6 @@ pub struct BackendCounters {
     /// CPU-time timers the kernel left unfired while their thread ran,
     /// fired by the sampler.
     pub starved_timers: u64,
-    /// Probes sent to find unregistered isolates in their code.
-    pub discovery_probes: u64,
     /// Another library replaced the sampling signal's handler.
     pub signal_taken_over: bool,
     /// Bytes reserved for capture records.

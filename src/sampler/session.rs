@@ -708,7 +708,6 @@ pub fn run<B: Backend>(
         stats.samples_lost.add(counters.lost);
         stats.foreign_stacks.add(counters.foreign_stacks);
         stats.starved_timers.add(counters.starved_timers);
-        stats.discovery_probes.add(counters.discovery_probes);
         stats.signal_taken_over.set(counters.signal_taken_over as u64);
         stats.capture_buffer_bytes.set(counters.capture_buffer_bytes);
     }

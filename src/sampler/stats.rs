@@ -132,7 +132,6 @@ pub struct Stats {
     pub samples_lost: Counter,
     pub foreign_stacks: Counter,
     pub starved_timers: Counter,
-    pub discovery_probes: Counter,
     pub stack_bytes_copied: Counter,
     pub capture_buffer_bytes: Counter,
     pub ended_truncated_copy: Counter,
@@ -198,11 +197,6 @@ macro_rules! with_stats_fields {
             #[doc = " running), fired by the sampler; their samples carry every"]
             #[doc = " interval missed."]
             starved_timers,
-            #[doc = " CPU mode (Linux): probes sent to threads running JavaScript of an"]
-            #[doc = " isolate not registered yet whose sample landed outside V8's"]
-            #[doc = " generated code, so that they are found there and their code is"]
-            #[doc = " named from then on. A probe records nothing."]
-            discovery_probes,
             #[doc = " Bytes of stack copied while threads were stopped (Linux): a"]
             #[doc = " copy ends at the thread's first frames, not at the top of"]
             #[doc = " its stack, once those are known."]
@@ -283,7 +277,6 @@ impl Stats {
             &self.samples_lost,
             &self.foreign_stacks,
             &self.starved_timers,
-            &self.discovery_probes,
             &self.stack_bytes_copied,
             &self.capture_buffer_bytes,
             &self.ended_truncated_copy,
@@ -345,7 +338,6 @@ impl Stats {
             samples_lost: self.samples_lost.get(),
             foreign_stacks: self.foreign_stacks.get(),
             starved_timers: self.starved_timers.get(),
-            discovery_probes: self.discovery_probes.get(),
             stack_bytes_copied: self.stack_bytes_copied.get(),
             capture_buffer_bytes: self.capture_buffer_bytes.get(),
             ended_truncated_copy: self.ended_truncated_copy.get(),

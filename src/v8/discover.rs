@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Once;
 
 use super::api::{api, api_if_resolved, Api, Isolate};
-use super::{events, registry, Discovery};
+use super::{events, registry};
 
 /// How long a handler waits for the discovery thread to take its request.
 /// On 2 busy cores the discovery thread's wake-up took up to ~5 ms.
@@ -210,36 +210,31 @@ fn ask_again_later(isolate: usize, now: u64) {
 /// [`WAIT_NS`] for the request to be taken) so that the isolate stays alive
 /// meanwhile. Once per isolate: again at the next sample if the request was
 /// withdrawn, after a second if its interrupt never ran, soon if it had no
-/// Node environment yet, eight times at most. Answers
-/// [`Discovery::OutsideGeneratedCode`] when an isolate is current but `pc`
-/// is not in its code (nothing is asked then). Async-signal-safe: atomics,
+/// Node environment yet, eight times at most. Async-signal-safe: atomics,
 /// `clock_gettime`, futex, and V8's `TryGetCurrent`/`GetCodeRange` (reads
 /// only); allocates nothing and takes no lock.
 #[cfg(target_os = "linux")]
-pub fn note_current_thread(pc: u64) -> Discovery {
+pub fn note_current_thread(pc: u64) {
     if !RUNNING.load(Ordering::Acquire) {
-        return Discovery::Unregistered;
+        return;
     }
-    let Some(api) = api_if_resolved() else { return Discovery::Unregistered };
+    let Some(api) = api_if_resolved() else { return };
     // SAFETY: TryGetCurrent reads a thread-local of the node binary.
     let isolate = unsafe { (api.try_get_current)() };
-    if isolate.is_null() {
-        return Discovery::Unregistered;
-    }
-    if !in_generated_code(api, isolate, pc) {
-        return Discovery::OutsideGeneratedCode;
+    if isolate.is_null() || !in_generated_code(api, isolate, pc) {
+        return;
     }
     NOTED.fetch_add(1, Ordering::Relaxed);
     let tid = crate::sampler::thread_id::current();
     let t0 = monotonic_ns();
     if !should_ask(isolate as usize, t0) {
-        return Discovery::Unregistered;
+        return;
     }
     let Some(cell) = REQUESTS
         .iter()
         .find(|c| c.state.compare_exchange(EMPTY, FILLING, Ordering::Acquire, Ordering::Relaxed).is_ok())
     else {
-        return Discovery::Unregistered;
+        return;
     };
     cell.isolate.store(isolate as usize, Ordering::Relaxed);
     cell.tid.store(tid, Ordering::Relaxed);
@@ -271,13 +266,10 @@ pub fn note_current_thread(pc: u64) -> Discovery {
     WAITED_NS_MAX.fetch_max(monotonic_ns().saturating_sub(t0), Ordering::Relaxed);
     cell.isolate.store(0, Ordering::Relaxed);
     cell.state.store(EMPTY, Ordering::Release);
-    Discovery::Unregistered
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn note_current_thread(_pc: u64) -> Discovery {
-    Discovery::Unregistered
-}
+pub fn note_current_thread(_pc: u64) {}
 
 /// The discovery thread: takes posted requests and calls
 /// `RequestInterrupt` for each while its thread waits.
@@ -466,7 +458,7 @@ mod tests {
 
     #[test]
     fn nothing_is_noted_without_v8() {
-        assert_eq!(note_current_thread(0x1234), Discovery::Unregistered);
+        note_current_thread(0x1234);
         assert_eq!(stats().noted, 0);
     }
 }

@@ -138,31 +138,19 @@ pub fn current_thread_registered() -> bool {
     registry::isolate_for_pthread(registry::pthread_key()).is_some()
 }
 
-/// What [`registered_or_discover`] found on the calling thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Discovery {
-    /// The thread registered its isolate: its JS frames can be named.
-    Registered,
-    /// Not registered; either no isolate is current here, or its
-    /// registration was asked for (or is not to be asked for now).
-    Unregistered,
-    /// Not registered, an isolate is current, but `pc` is outside V8's
-    /// generated code, where asking is not safe (the thread may hold a
-    /// lock the request needs): a sample a little later may find it there.
-    OutsideGeneratedCode,
-}
-
 /// For the Linux signal handler, instead of [`current_thread_registered`]
-/// when JavaScript frames are wanted: whether the calling thread registered
-/// its isolate; if not, and it runs V8's generated code at `pc`, asks for
+/// when JavaScript frames are wanted: true if the calling thread registered
+/// its isolate; otherwise, if it runs V8's generated code at `pc`, asks for
 /// the isolate's registration ([`discover::note_current_thread`]: may wait
-/// up to [`discover::WAIT_NS`], once per isolate). Async-signal-safe.
+/// up to [`discover::WAIT_NS`], once per isolate) and answers false for
+/// this sample. Async-signal-safe.
 #[inline]
-pub fn registered_or_discover(pc: u64) -> Discovery {
+pub fn registered_or_discover(pc: u64) -> bool {
     if current_thread_registered() {
-        return Discovery::Registered;
+        return true;
     }
-    discover::note_current_thread(pc)
+    discover::note_current_thread(pc);
+    false
 }
 
 /// True if thread `tid` registered its isolate. Async-signal-safe.

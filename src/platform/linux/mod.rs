@@ -98,13 +98,6 @@ const NAME_READS_PER_REFRESH: usize = 64;
 /// thread is treated as idle, so one signal does not make it look busy.
 const IDLE_CPU_THRESHOLD_NS: u64 = 50_000;
 
-/// Probes a thread of an unregistered isolate gets at most (see
-/// `signal::PROBE`), and how far apart: 40 over at least 10 ms, a stop of
-/// a few microseconds each, for each new JavaScript thread found outside
-/// V8's code.
-const PROBES_PER_THREAD: u8 = 40;
-const PROBE_GAP_NS: u64 = 250_000;
-
 /// CPU mode: how far a thread may run past its timer's expiry before the
 /// sampler fires the timer itself (see `timers::CpuTimer::fire_if_starved`).
 /// The kernel fires an expired timer at the next scheduler tick that finds
@@ -182,11 +175,6 @@ struct LinuxThread {
     /// backend's list of warm threads.
     warm_until_ns: u64,
     listed_warm: bool,
-    /// CPU mode: probes this thread may still get (see [`signal::PROBE`]),
-    /// and when the next may go.
-    probes_left: u8,
-    probe_due_ns: u64,
-    last_probe_ns: u64,
 }
 
 impl LinuxThread {
@@ -241,8 +229,6 @@ pub struct LinuxBackend {
     words: Vec<[u64; FRAME_WORDS]>,
     done: Vec<u32>,
     maps_read_ns: Option<u64>,
-    /// CPU mode: when the next probe is due, if one waits.
-    next_probe_ns: Option<u64>,
     /// Stacks whose bounds the next refresh should validate: (slot, sp,
     /// thread pointer, is main).
     need_bounds: Vec<(u32, u64, u64, bool)>,
@@ -265,7 +251,6 @@ pub struct LinuxBackend {
     cold_checked_up_to: usize,
     /// Timers fired by the sampler because the kernel had not.
     starved_timers: u64,
-    discovery_probes: u64,
     /// The highest tid of the first listing: threads above it were created
     /// while sampling (tids grow until they wrap at pid_max).
     newest_at_start: Option<u64>,
@@ -350,7 +335,6 @@ impl LinuxBackend {
             words: Vec::with_capacity(256),
             done: Vec::with_capacity(pool.len()),
             maps_read_ns: None,
-            next_probe_ns: None,
             need_bounds: Vec::new(),
             lost_at_start: signal::LOST.load(std::sync::atomic::Ordering::Relaxed),
             foreign: 0,
@@ -362,7 +346,6 @@ impl LinuxBackend {
             warm: Vec::new(),
             cold_checked_up_to: 0,
             starved_timers: 0,
-            discovery_probes: 0,
             newest_at_start: None,
             second_looks_left: 0,
         })
@@ -415,53 +398,6 @@ impl LinuxBackend {
     }
 
     /// Whether a signal sent to a live thread has not been taken yet.
-    /// CPU mode: sends a probe to each thread whose last sample found an
-    /// unregistered isolate outside its generated code (see
-    /// [`signal::PROBE`]): at most [`PROBES_PER_THREAD`] per thread,
-    /// [`PROBE_GAP_NS`] apart, and only while the thread runs outside a
-    /// system call, so that CPU mode still interrupts no waiting thread.
-    fn send_probes(&mut self, now: u64) {
-        if self.timer_interval_ns.is_none() || self.finishing {
-            return;
-        }
-        let due = self.next_probe_ns.is_some_and(|t| t <= now);
-        if !signal::PROBE_WISHES.swap(false, std::sync::atomic::Ordering::AcqRel) && !due {
-            return;
-        }
-        self.next_probe_ns = None;
-        let mut next: Option<u64> = None;
-        for (&tid, t) in self.threads.iter_mut() {
-            let Some((index, slot)) = t.slot.and_then(|i| Some((i, signal::slot(i)?))) else { continue };
-            if t.probe_due_ns == 0 {
-                if !slot.take_probe_wish() {
-                    continue;
-                }
-                t.probe_due_ns = (t.last_probe_ns + PROBE_GAP_NS).max(1);
-            }
-            if t.probes_left == 0 || crate::v8::thread_registered(tid) {
-                t.probe_due_ns = 0;
-                continue;
-            }
-            if now >= t.probe_due_ns {
-                let running = procfs::syscall_state(tid, &mut self.buf) == Some(procfs::SyscallState::Running);
-                if running && slot.begin_send(now) {
-                    t.probes_left -= 1;
-                    self.discovery_probes += 1;
-                    t.last_probe_ns = now;
-                    t.probe_due_ns = 0;
-                    if signal::send(tid, slot.value(index) | signal::PROBE).is_err() {
-                        slot.cancel_send();
-                    }
-                    continue;
-                }
-                // Waiting (or a signal still on its way): try again later.
-                t.probe_due_ns = now + PROBE_GAP_NS;
-            }
-            next = Some(next.map_or(t.probe_due_ns, |n| n.min(t.probe_due_ns)));
-        }
-        self.next_probe_ns = next;
-    }
-
     fn signals_on_their_way(&self) -> bool {
         self.threads.iter().any(|(&tid, t)| {
             t.slot.and_then(signal::slot).is_some_and(|s| s.is_pending()) && signal::thread_alive(self.pid, tid)
@@ -527,9 +463,6 @@ impl LinuxBackend {
             name_stale: false,
             warm_until_ns: 0,
             listed_warm: false,
-            probes_left: PROBES_PER_THREAD,
-            probe_due_ns: 0,
-            last_probe_ns: 0,
         };
         t.checked(blocks, now);
         self.checks.push(t.mask_due_ns, tid);
@@ -793,7 +726,6 @@ impl Backend for LinuxBackend {
     }
 
     fn sleep_until(&self, deadline_ns: u64) {
-        let deadline_ns = self.next_probe_ns.map_or(deadline_ns, |p| deadline_ns.min(p));
         signal::sleep_until(deadline_ns, self.wake_seen.get());
         self.wake_seen.set(signal::WAKE.load(std::sync::atomic::Ordering::Acquire));
     }
@@ -971,7 +903,6 @@ impl Backend for LinuxBackend {
             self.fire_starved_timers(now);
         }
         self.resolve_bounds();
-        self.send_probes(now);
     }
 
     fn thread_cpu_ns(&mut self, thread: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
@@ -1001,7 +932,6 @@ impl Backend for LinuxBackend {
         // Bounds for the threads whose stacks were seen without: their
         // next samples can then be copied directly.
         self.resolve_bounds();
-        self.send_probes(monotonic_ns());
     }
 
     fn request(&mut self, threads: &[ThreadEntry], cfg: CaptureConfig, sink: &mut dyn FnMut(Capture<'_>)) {
@@ -1113,7 +1043,6 @@ impl Backend for LinuxBackend {
             lost,
             foreign_stacks: self.foreign,
             starved_timers: self.starved_timers,
-            discovery_probes: self.discovery_probes,
             signal_taken_over: self.taken_over,
             capture_buffer_bytes: self.pool.bytes() as u64,
         }

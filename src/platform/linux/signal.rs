@@ -38,7 +38,6 @@ use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
 use crate::sampler::unwind::{copy_end_at_root, frame_records_above, large_frames};
 use crate::sampler::walker::Registers;
-use crate::v8::Discovery;
 
 const CHUNK_SLOTS: usize = 64;
 const MAX_CHUNKS: usize = 512;
@@ -68,11 +67,6 @@ pub struct ThreadSlot {
     pending: AtomicBool,
     /// Copies of this thread skip no holes: one that did failed to unwind.
     dense: AtomicBool,
-    /// The thread runs JavaScript of an isolate not registered yet, and its
-    /// last sample was outside V8's generated code, where the isolate
-    /// cannot be asked to register: the sampler sends it a probe soon
-    /// (see [`PROBE`]).
-    wants_probe: AtomicBool,
     /// Validated stack bounds: `[lo, hi)` is the thread's own stack, `hi`
     /// its control block (`tcb`). Zero while unknown.
     lo: AtomicU64,
@@ -99,26 +93,6 @@ pub struct ThreadSlot {
 // One cache line: the handler touches a slot's fields together.
 const _: () = assert!(std::mem::size_of::<ThreadSlot>() == 64);
 
-/// Set in a queued signal's value (above the slot index): a probe, which
-/// captures nothing and only lets a thread of an unregistered isolate be
-/// found in V8's generated code (see [`crate::v8::Discovery`]). CPU mode
-/// samples a thread once per interval of its CPU time, and a sample that
-/// lands in C++ (a builtin's runtime call, a GC) cannot ask for the
-/// registration; meanwhile the thread's code that V8 optimizes by
-/// on-stack replacement is never described to the sampler. Probes a few
-/// hundred microseconds apart find it in its code soon.
-pub const PROBE: u64 = 1 << 63;
-
-/// A signal value as (probe, slot index, generation). Only a queued signal
-/// can be a probe; a timer's value never has the bit set.
-#[inline(always)]
-fn decode_value(code: i32, value: u64) -> (bool, u32, u32) {
-    (code == libc::SI_QUEUE && value & PROBE != 0, ((value & !PROBE) >> 32) as u32, value as u32)
-}
-
-/// Some slot wants a probe (see [`ThreadSlot::take_probe_wish`]).
-pub static PROBE_WISHES: AtomicBool = AtomicBool::new(false);
-
 /// What the sampler knows about a slot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bounds {
@@ -139,17 +113,6 @@ impl ThreadSlot {
     /// The value a signal for this slot carries.
     pub fn value(&self, index: u32) -> u64 {
         ((index as u64) << 32) | self.gen() as u64
-    }
-
-    /// Takes the slot's wish for a probe (see [`ThreadSlot::wants_probe`]).
-    pub fn take_probe_wish(&self) -> bool {
-        self.wants_probe.swap(false, Ordering::AcqRel)
-    }
-
-    /// Marks the slot as wanting a probe (see [`ThreadSlot::wants_probe`]).
-    fn wish_probe(&self) {
-        self.wants_probe.store(true, Ordering::Release);
-        PROBE_WISHES.store(true, Ordering::Release);
     }
 
     pub fn set_active(&self, on: bool) {
@@ -236,7 +199,6 @@ impl ThreadSlot {
         self.active.store(false, Ordering::Release);
         self.gen.fetch_add(1, Ordering::AcqRel);
         self.pending.store(false, Ordering::Release);
-        self.wants_probe.store(false, Ordering::Release);
         self.set_bounds(Bounds::default());
         self.owner.store(0, Ordering::Release);
     }
@@ -446,7 +408,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     if !ours {
         return;
     }
-    let (probe, index, gen) = decode_value(code, value);
+    let (index, gen) = ((value >> 32) as u32, value as u32);
     let Some(slot) = slot(index) else { return };
     if slot.gen.load(Ordering::Acquire) != gen {
         return;
@@ -464,19 +426,6 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         slot.pending.store(false, Ordering::Release);
     }
     if !slot.active.load(Ordering::Acquire) {
-        return;
-    }
-    if probe {
-        if JS_FRAMES.load(Ordering::Acquire) {
-            let window = StoppedWindow::enter();
-            // SAFETY: the kernel's ucontext for this signal.
-            let (regs, _) = unsafe { registers(uc) };
-            if crate::v8::registered_or_discover(regs.pc) == Discovery::OutsideGeneratedCode {
-                slot.wish_probe();
-                wake_sampler();
-            }
-            drop(window);
-        }
         return;
     }
     let Some(pool) = capture::pool() else { return };
@@ -509,16 +458,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     let own_stack = copy_stack(slot, &regs, tcb, d);
     // A thread running V8 code that is not registered yet has its isolate
     // registered from here (see `crate::v8::discover`).
-    let js_thread = JS_FRAMES.load(Ordering::Acquire)
-        && match crate::v8::registered_or_discover(regs.pc) {
-            Discovery::Registered => true,
-            Discovery::Unregistered => false,
-            Discovery::OutsideGeneratedCode => {
-                slot.wish_probe();
-                wake_sampler();
-                false
-            }
-        };
+    let js_thread = JS_FRAMES.load(Ordering::Acquire) && crate::v8::registered_or_discover(regs.pc);
     if own_stack && js_thread {
         // V8's own sampler on the same registers, until the frame layout
         // has been learned from it (see `crate::v8::slots`). Only on the
@@ -854,25 +794,6 @@ mod tests {
         assert!(sig == libc::SIGURG || (sig >= libc::SIGRTMIN() && sig <= libc::SIGRTMAX()));
         assert_eq!(install().unwrap(), sig);
         assert!(still_installed());
-    }
-
-    #[test]
-    fn a_probe_names_the_same_slot_and_only_a_queued_signal_is_one() {
-        let value = (32_767u64 << 32) | 0xdead_beef;
-        assert_eq!(decode_value(libc::SI_QUEUE, value), (false, 32_767, 0xdead_beef));
-        assert_eq!(decode_value(libc::SI_QUEUE, value | PROBE), (true, 32_767, 0xdead_beef));
-        assert!(!decode_value(libc::SI_TIMER, value | PROBE).0);
-    }
-
-    #[test]
-    fn a_released_slot_wants_no_probe() {
-        let index = acquire(u64::MAX - 7).unwrap();
-        let s = slot(index).unwrap();
-        s.wish_probe();
-        s.release();
-        assert!(!s.take_probe_wish());
-        s.wish_probe();
-        assert!(s.take_probe_wish() && !s.take_probe_wish(), "taken once");
     }
 
     #[test]

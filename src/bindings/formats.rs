@@ -131,29 +131,23 @@ fn check_compress(format: Format, given: bool) -> JsResult<()> {
 /// A file-system error as a JS error whose `code` is the errno name.
 fn io_error(e: &io::Error, verb: &str, path: &str) -> napi::Error<&'static str> {
     use io::ErrorKind::*;
-    let os = match e.raw_os_error() {
-        Some(libc::ENAMETOOLONG) => Some(("ENAMETOOLONG", "file name too long")),
-        Some(libc::EFBIG) => Some(("EFBIG", "file too large")),
-        Some(libc::ELOOP) => Some(("ELOOP", "too many levels of symbolic links")),
-        Some(libc::EDQUOT) => Some(("EDQUOT", "disk quota exceeded")),
-        Some(libc::EMFILE | libc::ENFILE) => Some(("EMFILE", "too many open files")),
-        _ => None,
-    };
-    if let Some((code, text)) = os {
-        return napi::Error::new(code, format!("cannot {verb} '{path}': {text}"));
-    }
-    let (code, text) = match e.kind() {
-        NotFound if verb == "write" => ("ENOENT", "no such directory".to_string()),
-        NotFound => ("ENOENT", "no such file or directory".to_string()),
-        PermissionDenied => ("EACCES", "permission denied".to_string()),
-        IsADirectory => ("EISDIR", "is a directory".to_string()),
-        NotADirectory => ("ENOTDIR", "a component of the path is not a directory".to_string()),
-        ReadOnlyFilesystem => ("EROFS", "read-only file system".to_string()),
-        StorageFull => ("ENOSPC", "no space left on device".to_string()),
-        BrokenPipe => ("EPIPE", "the reader closed the pipe".to_string()),
-        AlreadyExists => ("EEXIST", "already exists".to_string()),
+    let (code, text) = match (e.raw_os_error(), e.kind()) {
+        (Some(libc::ENAMETOOLONG), _) => ("ENAMETOOLONG", "file name too long".to_string()),
+        (Some(libc::EFBIG), _) => ("EFBIG", "file too large".to_string()),
+        (Some(libc::ELOOP), _) => ("ELOOP", "too many levels of symbolic links".to_string()),
+        (Some(libc::EDQUOT), _) => ("EDQUOT", "disk quota exceeded".to_string()),
+        (Some(libc::EMFILE | libc::ENFILE), _) => ("EMFILE", "too many open files".to_string()),
+        (_, NotFound) if verb == "write" => ("ENOENT", "no such directory".to_string()),
+        (_, NotFound) => ("ENOENT", "no such file or directory".to_string()),
+        (_, PermissionDenied) => ("EACCES", "permission denied".to_string()),
+        (_, IsADirectory) => ("EISDIR", "is a directory".to_string()),
+        (_, NotADirectory) => ("ENOTDIR", "a component of the path is not a directory".to_string()),
+        (_, ReadOnlyFilesystem) => ("EROFS", "read-only file system".to_string()),
+        (_, StorageFull) => ("ENOSPC", "no space left on device".to_string()),
+        (_, BrokenPipe) => ("EPIPE", "the reader closed the pipe".to_string()),
+        (_, AlreadyExists) => ("EEXIST", "already exists".to_string()),
         // A NUL byte in the path, which no file name can hold.
-        InvalidInput => ("EINVAL", e.to_string()),
+        (_, InvalidInput) => ("EINVAL", e.to_string()),
         _ => ("EIO", e.to_string()),
     };
     napi::Error::new(code, format!("cannot {verb} '{path}': {text}"))

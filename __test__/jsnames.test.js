@@ -344,6 +344,25 @@ describeLinux('inlined functions', () => {
       fs.rmSync(dir, { recursive: true, force: true })
     }
   }, 120000)
+
+  // Each script's source in the log is written once per isolate and never read;
+  // for a bundle loaded by every worker of a pool that writing was most of
+  // their time. V8 10.2 (Node 18) cannot leave it out.
+  test.each(MAJORS.filter((m) => m >= 19))('Node %i: the V8 log record asks for holds positions, not scripts', (major) => {
+    const node = fetchNode(major)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-v8log-'))
+    try {
+      const log = path.join(dir, 'v8.log')
+      const flags = require('../lib/env').v8LogFlags(node, log)
+      const r = spawnSync(node, [...flags, FIXTURE], { encoding: 'utf8', timeout: 60000 })
+      expect(r.status).toBe(0)
+      const text = fs.readdirSync(dir).map((f) => fs.readFileSync(path.join(dir, f), 'utf8')).join('')
+      expect(text).toMatch(/^code-source-info,/m)
+      expect(text).not.toMatch(/^script-source,/m)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120000)
 })
 
 if (!linuxX64) {

@@ -127,6 +127,11 @@ function symbolPath(env) {
 // NODE_OPTIONS). See docs/design/inlined-js-frames.md.
 const V8_LOG_FLAGS = ['--log-code', '--logfile-per-isolate']
 const V8_LOG_POSITION_FLAG = '--log-source-position' // V8 10.8 on; 10.2 logs positions with --log-code
+// --log-source-position also writes each script's whole source to the log, once
+// per isolate; nothing reads it, and in a pool of workers loading a large
+// bundle that writing was a third of the workers' time. V8 10.2 cannot be
+// told not to (it has no --log-source-position either).
+const V8_NO_SOURCE_FLAG = '--no-log-source-code'
 
 /**
  * The flags that make `node` log what its optimized code inlined into
@@ -135,13 +140,13 @@ const V8_LOG_POSITION_FLAG = '--log-source-position' // V8 10.8 on; 10.2 logs po
 function v8LogFlags(node, logfile) {
   const r = require('child_process').spawnSync(node, ['--v8-options'], { encoding: 'utf8', timeout: 10000, maxBuffer: 16 << 20 })
   if (r.status !== 0 || !/--log-code\b/.test(r.stdout || '')) return []
-  const position = r.stdout.includes(V8_LOG_POSITION_FLAG) ? [V8_LOG_POSITION_FLAG] : []
+  const position = r.stdout.includes(V8_LOG_POSITION_FLAG) ? [V8_LOG_POSITION_FLAG, V8_NO_SOURCE_FLAG] : []
   return [...V8_LOG_FLAGS, ...position, `--logfile=${logfile}`]
 }
 
 /** Whether `arg` is one of the flags v8LogFlags gives for `logfile`. */
 function isV8LogFlag(arg, logfile) {
-  return V8_LOG_FLAGS.includes(arg) || arg === V8_LOG_POSITION_FLAG || arg === `--logfile=${logfile}`
+  return V8_LOG_FLAGS.includes(arg) || arg === V8_LOG_POSITION_FLAG || arg === V8_NO_SOURCE_FLAG || arg === `--logfile=${logfile}`
 }
 
 module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote, symbolPath, v8LogFlags, isV8LogFlag }

@@ -108,6 +108,40 @@ function watchChildren(sessionDir) {
     if (this.pid) logLine(log, { pid: this.pid, command: (options && options.args ? options.args : [options && options.file]).join(' ') })
     return r
   }
+  // The synchronous calls bypass ChildProcess. spawnSync returns the child's
+  // pid; execFileSync and execSync return only its output (their errors carry
+  // the pid), so without one the child is logged with the time it ran, and
+  // `record` matches it against the Node processes this one started then.
+  const sync = (name, command) => {
+    const original = cp[name]
+    if (typeof original !== 'function') return
+    cp[name] = function () {
+      const from = Date.now()
+      let pid = null
+      let returned = false
+      try {
+        const r = Reflect.apply(original, this, arguments)
+        if (r && typeof r.pid === 'number') pid = r.pid
+        returned = true
+        return r
+      } catch (e) {
+        if (e && typeof e.pid === 'number') pid = e.pid
+        throw e
+      } finally {
+        // pid 0: nothing was started (a missing program, bad arguments).
+        if (pid > 0 || (returned && pid === null)) {
+          logLine(log, { pid, command: command(arguments), parent: process.pid, from, to: Date.now() })
+        }
+      }
+    }
+  }
+  const fileAndArgs = (a) => [a[0], ...(Array.isArray(a[1]) ? a[1] : [])].join(' ')
+  sync('spawnSync', fileAndArgs)
+  sync('execFileSync', fileAndArgs)
+  const shell = (o) => (o && typeof o.shell === 'string' ? o.shell : '/bin/sh')
+  sync('execSync', (a) => `${shell(a[1])} -c ${a[0]}`)
+  // ES modules that import these by name see the wrapped functions too.
+  require('module').syncBuiltinESMExports()
 }
 
 function main() {

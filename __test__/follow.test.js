@@ -123,6 +123,28 @@ describe('record follows Node.js processes', () => {
     expect(fs.existsSync(html)).toBe(false)
   }, 120000)
 
+  test('spawnSync, execFileSync and execSync: Node children are profiled, the others listed', () => {
+    const script = path.join(dir, 'sync-children.js')
+    fs.writeFileSync(
+      script,
+      [
+        "const cp = require('child_process')",
+        "cp.spawnSync('sh', ['-c', 'true'])",
+        "cp.execFileSync('ls', [__dirname])",
+        "cp.execSync('echo listed-too')",
+        "try { cp.execSync('exit 3', { stdio: 'ignore' }) } catch {}",
+        "cp.execFileSync(process.execPath, ['-e', 'function syncChildSpins() { const end = Date.now() + 300; while (Date.now() < end); } syncChildSpins()'])",
+      ].join('\n'),
+    )
+    const out = path.join(dir, 'sync.machprof')
+    const r = h.cli(['record', '--mode', 'wall', '-o', out, '--', NODE, script], { cwd: dir })
+    expect(r.status).toBe(0)
+    expect(r.stderr).toMatch(/processes +2 Node\.js processes profiled:/)
+    const listed = /not Node\.js, not profiled: (.*)/.exec(r.stderr)[1]
+    expect(listed).toMatch(/^sh -c true \(pid \d+\), ls \S+, \/bin\/sh -c echo listed-too, \/bin\/sh -c exit 3 \(pid \d+\)$/)
+    expect(names(out).some((n) => n.startsWith('syncChildSpins ('))).toBe(true)
+  }, 120000)
+
   test('--no-follow: only the first process records', () => {
     const out = path.join(dir, 'nofollow.machprof')
     const r = h.cli(['record', '--no-follow', '--mode', 'wall', '-o', out, '--', NODE, 'parent.js'], { cwd: dir })

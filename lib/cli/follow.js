@@ -107,7 +107,11 @@ async function collect(dir, topPid) {
   const node = new Set(procs.map((p) => p.pid))
   const children = files(dir, /^children-(\d+)\.jsonl$/).flatMap((m) => readLines(path.join(dir, m[0])))
   if (topPid !== undefined && !children.some((c) => c.pid === topPid)) children.unshift({ pid: topPid, command: '' })
-  const notNode = children.filter((c) => !node.has(c.pid) && c.command !== '')
+  // A synchronous child logged without its pid was Node if a process this
+  // one started then recorded itself.
+  const nodeChild = (c) =>
+    c.pid === null && procs.some((p) => p.ppid === c.parent && p.startedMs >= c.from && p.startedMs <= c.to)
+  const notNode = children.filter((c) => !node.has(c.pid) && !nodeChild(c) && c.command !== '')
   return {
     raws: done.map((p) => path.join(dir, `raw-${p.pid}.machprof`)),
     commands: done.map((p) => commandLine(p.argv)),
@@ -147,7 +151,7 @@ function processLines(summary, session) {
     lines.push(`  not profiled: ${m.command} (pid ${m.pid}): ${why}`)
   }
   if (session.notNode.length > 0) {
-    const list = session.notNode.map((c) => `${c.command} (pid ${c.pid})`)
+    const list = session.notNode.map((c) => (c.pid === null ? c.command : `${c.command} (pid ${c.pid})`))
     const shown = list.slice(0, 5).join(', ') + (list.length > 5 ? `, and ${list.length - 5} more` : '')
     lines.push(`  not Node.js, not profiled: ${shown}`)
   }

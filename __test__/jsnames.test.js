@@ -345,6 +345,39 @@ describeLinux('inlined functions', () => {
     }
   }, 120000)
 
+  // V8 names each isolate's log after its address, which a later worker can
+  // get: the earlier worker's log must not be lost to it.
+  test('workers one after another: each keeps its inlined functions', () => {
+    const node = fetchNode(22)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-inlined-workers-'))
+    try {
+      const out = path.join(dir, 'workers.machprof')
+      const fixture = path.join(__dirname, 'fixtures', 'inlined-workers.js')
+      const r = h.cli(['record', '-q', '-o', out, '--', node, fixture, '6', '400'])
+      expect(r.status).toBe(0)
+      const p = ms.loadProfile(out)
+      const name = (f) => p.symbols.functions.name[p.symbols.frameFunction[f]]
+      const per = new Map()
+      for (let i = 0; i < p.samples.stack.length; i++) {
+        const t = p.threads[p.samples.thread[i]]
+        if (p.samples.idle[i] || t.isMain) continue
+        const names = []
+        for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) names.push(name(p.stacks.frame[n]))
+        const o = names.findIndex((n) => n.startsWith('outer '))
+        if (o < 0) continue
+        const e = per.get(t.tid) || { outer: 0, mid: 0 }
+        e.outer++
+        if (names.slice(0, o).some((n) => n.startsWith('mid '))) e.mid++
+        per.set(t.tid, e)
+      }
+      const counted = [...per.values()].filter((e) => e.outer >= 15)
+      expect(counted.length).toBeGreaterThanOrEqual(5)
+      for (const e of counted) expect(e.mid / e.outer).toBeGreaterThan(0.6)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120000)
+
   // Each script's source in the log is written once per isolate and never read;
   // for a bundle loaded by every worker of a pool that writing was most of
   // their time. V8 10.2 (Node 18) cannot leave it out.

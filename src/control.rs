@@ -246,16 +246,11 @@ pub fn name_js_frames_of(data: &mut ProfileData, inlines: &crate::v8::inline_log
     );
 }
 
-/// The environment variable that names the `--logfile` of a process run
-/// with V8's `--log-code` (`machsampler record` sets both): its log tells
-/// which functions optimized code inlined.
-pub const V8_LOG_ENV: &str = "MACHSAMPLER_V8_LOG";
-
 /// What this process's V8 log says about inlined functions, if it has one:
 /// the file `MACHSAMPLER_V8_LOG` names, or else the one this process's own
 /// `--log-code` (`--logfile`, by default `v8.log`) makes V8 write.
 fn v8_log() -> crate::v8::inline_log::InlineLog {
-    let path = match std::env::var_os(V8_LOG_ENV) {
+    let path = match std::env::var_os(crate::v8::inline_log::V8_LOG_ENV) {
         Some(path) if !path.is_empty() => Some(std::path::PathBuf::from(path)),
         _ => v8_logfile(std::env::args_os().map(|a| a.to_string_lossy().into_owned())),
     };

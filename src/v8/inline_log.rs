@@ -23,6 +23,31 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
+/// The environment variable that names the `--logfile` of a process run
+/// with V8's `--log-code` and `--logfile-per-isolate` into a directory of
+/// its own (`machsampler record` sets both).
+pub const V8_LOG_ENV: &str = "MACHSAMPLER_V8_LOG";
+
+/// Keeps the log of an isolate that goes away, under a name [`InlineLog::read`]
+/// still reads. V8 names each isolate's file after the isolate's address,
+/// which the allocator gives to later isolates: a pool that replaces its
+/// workers would truncate the log of every worker before. V8 keeps writing
+/// to the renamed file until it closes it. Only the log `record` asked for
+/// (`MACHSAMPLER_V8_LOG`, in its own directory) is touched, never a user's.
+pub fn set_aside(isolate: usize) {
+    static SET_ASIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Some(prefix) = std::env::var_os(V8_LOG_ENV).filter(|p| !p.is_empty()) else { return };
+    let prefix = Path::new(&prefix);
+    let (Some(dir), Some(name)) = (prefix.parent(), prefix.file_name().and_then(|n| n.to_str())) else { return };
+    let pid = std::process::id();
+    let n = SET_ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // V8 prints the address as C++ streams print a pointer: `0x` and lowercase hex.
+    let from = dir.join(format!("isolate-{isolate:#x}-{pid}-{name}"));
+    let to = dir.join(format!("isolate-{isolate:#x}-ended{n}-{pid}-{name}"));
+    // No file (another log, or none): nothing to keep.
+    let _ = std::fs::rename(from, to);
+}
+
 /// One optimized code object with inlined functions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct LoggedCode {

@@ -113,6 +113,7 @@ pub fn unregister_current_thread() {
     let _guard = events::lifecycle_guard();
     if let Some(reg) = registry::unregister(thread_id::current()) {
         events::on_unregistered(api, reg);
+        inline_log::set_aside(reg.isolate);
     }
 }
 

@@ -689,6 +689,13 @@ export interface Stats {
    * sampling: samples stopped arriving.
    */
   signalTakenOver: number
+  /**
+   * CPU time JavaScript threads spent having V8 describe their code
+   * for names (installing its code-event handler, which reports all
+   * existing code), in nanoseconds. It also writes V8's own log
+   * again when the program runs with one (`record`'s inlining).
+   */
+  codeEventsCpuNs: number
   /** Median stop, in nanoseconds (from a histogram; within 12.5 %). */
   suspendP50Ns: number
   /** 99th-percentile stop, in nanoseconds. */

@@ -288,6 +288,14 @@ describe('report and convert', () => {
     }
   })
 
+  test('report into a reader that stops early (| head) ends quietly', () => {
+    const r = spawnSync('sh', ['-c', `"${NODE}" "${h.CLI}" report "${machprof}" --top 500 | head -n 2`], {
+      encoding: 'utf8',
+    })
+    expect(r.stdout.split('\n')[0]).toContain('machsampler report')
+    expect(r.stderr).not.toMatch(/EPIPE|Error|at /)
+  })
+
   test('report --thread <tid> --by total --top 3', () => {
     const main = ms.loadProfile(machprof).threads.find((t) => t.isMain)
     const r = h.cli(['report', machprof, '--thread', String(main.tid), '--by', 'total', '--top', '3'])

@@ -90,6 +90,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     if let Some(background) = slot.take() {
         end_loop(background);
     }
+    CODE_EVENTS_CPU_AT_START.store(crate::v8::events::install_cpu_ns(), Relaxed);
     let rewrite = js_frames(&options);
     let perf_map = Arc::new(Mutex::new(PerfMapWatch::open_for_current_process()));
     let watch = perf_map.clone();
@@ -100,6 +101,7 @@ pub fn start(options: SamplerOptions) -> Result<(), SamplerError> {
     match sampler {
         Ok(sampler) => {
             *slot = Some(Running { sampler, perf_map: Some(perf_map), background: false });
+            SESSION_LIVE.store(true, Relaxed);
             Ok(())
         }
         Err(e) => {
@@ -194,7 +196,10 @@ pub fn stop() -> Result<Session, SamplerError> {
     // Code events stay on for the isolates that have them (see
     // `crate::v8::events::Policy::FromFirstStart`): this only ends the
     // session's want of them.
-    let recording = end_loop(running);
+    let mut recording = end_loop(running);
+    SESSION_LIVE.store(false, Relaxed);
+    recording.stats.code_events_cpu_ns = code_events_cpu_ns();
+    shared().stats.code_events_cpu_ns.set(recording.stats.code_events_cpu_ns);
     restart_background(&mut slot);
     drop(slot);
     let perf_map = perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
@@ -339,7 +344,23 @@ pub fn current_options() -> Option<SamplerOptions> {
 
 pub fn stats() -> StatsSnapshot {
     let s = shared();
-    s.stats.snapshot(s.registry.len() as u64)
+    let mut out = s.stats.snapshot(s.registry.len() as u64);
+    if SESSION_LIVE.load(Relaxed) {
+        out.code_events_cpu_ns = code_events_cpu_ns();
+    }
+    out
+}
+
+/// [`crate::v8::events::install_cpu_ns`] when the session began.
+static CODE_EVENTS_CPU_AT_START: AtomicU64 = AtomicU64::new(0);
+/// A session runs (read without the control lock, which `stop()` holds
+/// while the sampler thread finishes).
+static SESSION_LIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The CPU time JavaScript threads spent on code-event installs since the
+/// session began (enumerations V8 runs later, at interrupts, included).
+fn code_events_cpu_ns() -> u64 {
+    crate::v8::events::install_cpu_ns().saturating_sub(CODE_EVENTS_CPU_AT_START.load(Relaxed))
 }
 
 /// Threads currently known. While sampling this is the sampler's registry;

@@ -55,6 +55,12 @@ function oneLine(s) {
 
 /** Entry point of bin/machsampler.js. */
 function main(argv) {
+  // A reader that stops early (`report … | head`) closes the pipe: end
+  // quietly, as other command-line tools do, instead of with a stack trace.
+  process.stdout.on('error', (e) => {
+    if (e.code !== 'EPIPE') throw e
+    process.exit(0)
+  })
   run(argv).then((code) => {
     process.exitCode = code
   })

@@ -136,9 +136,12 @@ function costLines(summary) {
   const core = seconds > 0 ? ` (${((100 * s.samplerCpuNs) / summary.durationNs).toFixed(1)}% of one core)` : ''
   const rows = s.samplesCaptured || summary.samples
   const each = rows > 0 ? `, ${(s.totalSuspendNs / rows / 1000).toFixed(1)} µs per sample` : ''
+  // V8 describing the code of each JavaScript thread for names: run on
+  // those threads, once each (older profiles do not have it).
+  const names = s.codeEventsCpuNs > 0 ? `; JavaScript threads ${ms(s.codeEventsCpuNs)} CPU describing their code for names` : ''
   return [
     `Profiler cost: sampler thread ${ms(s.samplerCpuNs)} CPU${core}; ` +
-      `sampled threads stopped ${ms(s.totalSuspendNs)} in all${each}.`,
+      `sampled threads stopped ${ms(s.totalSuspendNs)} in all${each}${names}.`,
   ]
 }
 

@@ -43,7 +43,8 @@ pub fn export(profile: &ProfileData, opts: &ExportOptions, html: bool) -> Result
         // `v8::internal::…`): cut narrow frames' labels on the right.
         o.text_truncate_direction = inferno::flamegraph::TextTruncateDirection::Right;
         let mut svg = Vec::new();
-        inferno::flamegraph::from_lines(&mut o, lines.iter().map(|l| l.trim_end()), &mut svg)
+        let lines: Vec<String> = lines.iter().map(|l| xml_chars(l.trim_end())).collect();
+        inferno::flamegraph::from_lines(&mut o, lines.iter().map(String::as_str), &mut svg)
             .map_err(|e| format!("flame graph: {e}"))?;
         svg
     };
@@ -162,7 +163,9 @@ fn html_page(profile: &ProfileData, opts: &ExportOptions) -> Vec<u8> {
     let data = page_data(profile, opts);
     let json = serde_json::to_string(&data)
         .unwrap_or_default()
-        .replace("</", "<\\/")
+        // Every `<` escaped: `<!--` and `<script` in a name would change how
+        // the HTML parser ends the element, not only `</script>`.
+        .replace('<', "\\u003c")
         .replace('\u{2028}', "\\u2028")
         .replace('\u{2029}', "\\u2029");
     let mut out = String::with_capacity(json.len() + SCRIPT.len() + 4096);
@@ -248,6 +251,15 @@ fn empty_svg(title: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// `s` with the characters XML 1.0 does not allow (control characters but
+/// tab, line feed and carriage return; U+FFFE, U+FFFF) replaced by U+FFFD:
+/// one in a name would make the whole SVG unreadable.
+fn xml_chars(s: &str) -> String {
+    let allowed =
+        |c: char| !matches!(c, '\0'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}');
+    s.chars().map(|c| if allowed(c) { c } else { '\u{fffd}' }).collect()
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
@@ -288,6 +300,24 @@ mod tests {
         p.symbols.as_mut().unwrap().functions[2].name = "</script><b>x".into();
         let html = String::from_utf8(export(&p, &ExportOptions::default(), true).unwrap()).unwrap();
         assert!(!html.contains("</script><b>"));
+        // Nor change how the parser finds its end.
+        p.symbols.as_mut().unwrap().functions[1].name = "a <!-- b".into();
+        p.symbols.as_mut().unwrap().functions[2].name = "c <script> d".into();
+        let html = String::from_utf8(export(&p, &ExportOptions::default(), true).unwrap()).unwrap();
+        let start = html.find("id=\"data\">").unwrap() + 10;
+        let data = &html[start..start + html[start..].find("</script>").unwrap()];
+        assert!(!data.contains('<'), "{data}");
+        let v: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert!(v.to_string().contains("c <script> d"));
+    }
+
+    #[test]
+    fn svg_stays_xml_whatever_the_names() {
+        let mut p = sample_profile();
+        p.symbols.as_mut().unwrap().functions[2].name = "esc\u{1b}[31m nul\u{0} <&>".into();
+        let svg = String::from_utf8(export(&p, &ExportOptions::default(), false).unwrap()).unwrap();
+        assert!(!svg.chars().any(|c| c < ' ' && !matches!(c, '\t' | '\n' | '\r')));
+        assert!(svg.contains("esc\u{fffd}[31m nul\u{fffd} &lt;&amp;&gt;"), "{svg}");
     }
 
     #[test]

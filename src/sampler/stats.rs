@@ -140,6 +140,8 @@ pub struct Stats {
     pub ended_not_executable: Counter,
     pub ended_copy_failed: Counter,
     pub signal_taken_over: Counter,
+    /// Set by the layer that names JavaScript frames (see the field list).
+    pub code_events_cpu_ns: Counter,
     /// How long a thread is stopped per sample (suspend to resume, or
     /// signal-handler entry to exit).
     pub suspend_hist: Histogram,
@@ -219,6 +221,11 @@ macro_rules! with_stats_fields {
             #[doc = " 1 if another library took the sampling signal over while"]
             #[doc = " sampling: samples stopped arriving."]
             signal_taken_over,
+            #[doc = " CPU time JavaScript threads spent having V8 describe their code"]
+            #[doc = " for names (installing its code-event handler, which reports all"]
+            #[doc = " existing code), in nanoseconds. It also writes V8's own log"]
+            #[doc = " again when the program runs with one (`record`'s inlining)."]
+            code_events_cpu_ns,
             #[doc = " Median stop, in nanoseconds (from a histogram; within 12.5 %)."]
             suspend_p50_ns,
             #[doc = " 99th-percentile stop, in nanoseconds."]
@@ -285,6 +292,7 @@ impl Stats {
             &self.ended_not_executable,
             &self.ended_copy_failed,
             &self.signal_taken_over,
+            &self.code_events_cpu_ns,
         ] {
             c.set(0);
         }
@@ -346,6 +354,7 @@ impl Stats {
             ended_not_executable: self.ended_not_executable.get(),
             ended_copy_failed: self.ended_copy_failed.get(),
             signal_taken_over: self.signal_taken_over.get(),
+            code_events_cpu_ns: self.code_events_cpu_ns.get(),
             suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
             suspend_p99_ns: Histogram::percentile(&suspend, 0.99),
             delivery_p50_ns: Histogram::percentile(&delivery, 0.50),

@@ -95,12 +95,18 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// The last `sourceMappingURL` comment of a script.
+/// The last `sourceMappingURL` comment of a script: a line that starts
+/// with it. The same words inside code (a bundler's template literal that
+/// writes such comments) are not one.
 fn map_reference(script: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(script);
-    let at = text.rfind("//# sourceMappingURL=").or_else(|| text.rfind("//@ sourceMappingURL="))?;
-    let url = text[at + 21..].lines().next()?.trim();
-    (!url.is_empty()).then(|| url.to_string())
+    text.lines().rev().find_map(|line| {
+        let line = line.trim();
+        let rest = line.strip_prefix("//# sourceMappingURL=").or_else(|| line.strip_prefix("//@ sourceMappingURL="))?;
+        let url = rest.split_whitespace().next()?;
+        let code_like = url.contains(['`', '$', '{', '}', '"', '\'', '(', ')']);
+        (!code_like).then(|| url.to_string())
+    })
 }
 
 fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
@@ -353,6 +359,22 @@ mod tests {
 
     fn ts_line_of(ts: &Path, needle: &str) -> u32 {
         std::fs::read_to_string(ts).unwrap().lines().position(|l| l.contains(needle)).unwrap() as u32 + 1
+    }
+
+    #[test]
+    fn only_a_comment_line_references_a_map() {
+        let r = |s: &str| map_reference(s.as_bytes());
+        assert_eq!(r("f()\n//# sourceMappingURL=a.js.map\n").as_deref(), Some("a.js.map"));
+        assert_eq!(r("f()\n  //@ sourceMappingURL=b.map  \n").as_deref(), Some("b.map"));
+        // A bundler writing such comments into the code it emits.
+        assert_eq!(r("code += `\\n//# sourceMappingURL=${url(map)}`;\n"), None);
+        assert_eq!(r("const c = '//# sourceMappingURL=' + url\n"), None);
+        assert_eq!(r("//# sourceMappingURL=${genSourceMapUrl(map)}`;\n"), None);
+        // The last one wins; a template line after it does not hide it.
+        let two =
+            "//# sourceMappingURL=old.map\nf()\n//# sourceMappingURL=new.map\nx = `\n//# sourceMappingURL=${u}`\n";
+        assert_eq!(r(two).as_deref(), Some("new.map"));
+        assert_eq!(r("f()\n"), None);
     }
 
     #[test]

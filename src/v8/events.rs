@@ -580,6 +580,11 @@ pub struct EventStats {
     pub installed_isolates: u64,
 }
 
+/// CPU time of all installs so far, ns (what [`stats`] gives, without its lock).
+pub fn install_cpu_ns() -> u64 {
+    INSTALL_CPU_NS.load(Ordering::Relaxed)
+}
+
 pub fn stats() -> EventStats {
     EventStats {
         events: EVENTS.load(Ordering::Relaxed),

@@ -161,7 +161,12 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         }
     }
     let idle_id = nodes.len() as u32 + 2;
-    if idle_hits > 0 {
+    let (samples, time_deltas, gaps) = timeline(profile, &indices, idle_id, |i| match profile.sample_idle[i] {
+        0 => id[tree.of_stack[profile.sample_stack[i] as usize] as usize],
+        _ => idle_id,
+    });
+    let last = start_of(profile) as i64 + time_deltas.iter().sum::<i64>();
+    if idle_hits + gaps > 0 {
         root.children.push(idle_id);
         nodes.push(Node {
             id: idle_id,
@@ -172,43 +177,81 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
                 line_number: -1,
                 column_number: -1,
             },
-            hit_count: idle_hits,
+            hit_count: idle_hits + gaps,
             children: Vec::new(),
         });
     }
     nodes.insert(0, root);
+    let start_time = start_of(profile);
+    let out =
+        CpuProfile { nodes, start_time, end_time: (profile.end_ns / 1000).max(last as u64), samples, time_deltas };
+    // Serializing plain data into a Vec cannot fail.
+    serde_json::to_vec(&out).unwrap_or_default()
+}
 
-    // One entry per interval: a row of weight n at time t stands for the
-    // intervals t, t + interval, …, kept before the next row's time.
+fn start_of(profile: &ProfileData) -> u64 {
+    profile.start_ns / 1000
+}
+
+/// The timeline: node ids and their time deltas (µs), one entry per
+/// sampling interval, and how many entries were time off the CPU.
+///
+/// DevTools and speedscope take an entry to last until the next one. In
+/// wall-clock mode a row of weight n at time t stands for the intervals t,
+/// t + interval, …, kept before the next row's time. In CPU mode a sample
+/// stands for the CPU time its thread used before it: the row's entries
+/// end at t, and time between the previous row's end and this row's
+/// start (the thread waited, or was not scheduled) becomes `(idle)`
+/// entries, so it is not credited to the function sampled before it.
+fn timeline(
+    profile: &ProfileData,
+    indices: &[usize],
+    idle: u32,
+    node_of: impl Fn(usize) -> u32,
+) -> (Vec<u32>, Vec<i64>, u64) {
     let us = |ns: u64| ns / 1000;
-    let start_time = us(profile.start_ns);
-    let mut last = start_time as i64;
+    let cpu = profile.meta.mode == "cpu";
+    let interval = profile.interval_ns;
+    let mut last = start_of(profile) as i64;
     let mut samples = Vec::with_capacity(indices.len());
     let mut time_deltas = Vec::with_capacity(indices.len());
+    let mut gaps = 0u64;
     // The file's resolution is a microsecond: an interval below it (or 0,
     // in a corrupt file) counts as one.
-    let span_intervals = profile.end_ns.saturating_sub(profile.start_ns) / profile.interval_ns.max(1000) + 1;
-    let max_entries = span_intervals.saturating_add(indices.len() as u64);
+    let span_intervals = profile.end_ns.saturating_sub(profile.start_ns) / interval.max(1000) + 1;
+    let max_entries = span_intervals.saturating_add(indices.len() as u64).saturating_mul(2);
+    let push = |samples: &mut Vec<u32>, time_deltas: &mut Vec<i64>, node: u32, at_ns: u64, last: &mut i64| {
+        let t = (us(at_ns) as i64).max(*last);
+        samples.push(node);
+        time_deltas.push(t - *last);
+        *last = t;
+    };
+    // CPU mode: where the previous row's CPU time ended.
+    let mut ran_until = profile.start_ns;
     for (k, &i) in indices.iter().enumerate() {
-        let node = match profile.sample_idle[i] {
-            0 => id[tree.of_stack[profile.sample_stack[i] as usize] as usize],
-            _ => idle_id,
-        };
+        let node = node_of(i);
+        let at = profile.sample_time_ns[i];
+        let weight = profile.weight(i).min(span_intervals);
         let next = indices.get(k + 1).map_or(u64::MAX, |&j| profile.sample_time_ns[j]);
-        for r in 0..profile.weight(i).min(span_intervals) {
+        let first = if cpu { at.saturating_sub(weight.saturating_mul(interval)).max(profile.start_ns) } else { at };
+        if cpu && first > ran_until.saturating_add(interval / 2) && k > 0 {
+            push(&mut samples, &mut time_deltas, idle, ran_until, &mut last);
+            gaps += 1;
+        }
+        for r in 0..weight {
             if samples.len() as u64 >= max_entries {
                 break;
             }
-            let at = profile.sample_time_ns[i].saturating_add(r * profile.interval_ns).min(next);
-            let t = (us(at) as i64).max(last);
-            samples.push(node);
-            time_deltas.push(t - last);
-            last = t;
+            push(&mut samples, &mut time_deltas, node, first.saturating_add(r * interval).min(next), &mut last);
         }
+        ran_until = at;
     }
-    let out = CpuProfile { nodes, start_time, end_time: us(profile.end_ns).max(last as u64), samples, time_deltas };
-    // Serializing plain data into a Vec cannot fail.
-    serde_json::to_vec(&out).unwrap_or_default()
+    // CPU mode: the thread did not run after its last sample.
+    if cpu && !indices.is_empty() && profile.end_ns > ran_until.saturating_add(interval) {
+        push(&mut samples, &mut time_deltas, idle, ran_until, &mut last);
+        gaps += 1;
+    }
+    (samples, time_deltas, gaps)
 }
 
 #[cfg(test)]
@@ -277,6 +320,54 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
         let n = v["samples"].as_array().unwrap().len() as u64;
         assert!(n <= (p.end_ns - p.start_ns) / 1000 + 1 + 4, "{n}");
+    }
+
+    #[test]
+    fn cpu_mode_credits_time_off_the_cpu_to_idle_not_to_the_sample_before() {
+        // Main runs `a` for 3 ms, waits 2 s, runs `b` for 3 ms (1 ms CPU
+        // intervals; a sample comes at the end of each interval), then the
+        // session lasts 1 s more.
+        let ms = 1_000_000u64;
+        let mut p = sample_profile();
+        p.meta.mode = "cpu".into();
+        p.interval_ns = ms;
+        p.start_ns = 0;
+        p.sample_time_ns = vec![ms, 2 * ms, 3 * ms, 2003 * ms, 2005 * ms];
+        p.sample_thread = vec![0; 5];
+        p.sample_stack = vec![1, 1, 1, 2, 2];
+        p.sample_idle = vec![0; 5];
+        p.sample_cpu_delta_ns = vec![ms; 5];
+        p.sample_weight = vec![1, 1, 1, 1, 2];
+        p.end_ns = 3005 * ms;
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let nodes = v["nodes"].as_array().unwrap();
+        let id = |name: &str| nodes.iter().find(|n| n["callFrame"]["functionName"] == name).unwrap()["id"].clone();
+        let (a, b, idle) = (id("a"), id("b"), id("(idle)"));
+        let samples = v["samples"].as_array().unwrap();
+        let deltas: Vec<i64> = v["timeDeltas"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
+        // Time per node as DevTools counts it: each entry until the next.
+        let mut at = v["startTime"].as_i64().unwrap();
+        let times: Vec<i64> = deltas
+            .iter()
+            .map(|d| {
+                at += d;
+                at
+            })
+            .collect();
+        let mut spent = std::collections::HashMap::new();
+        for k in 0..samples.len() {
+            let until = times.get(k + 1).copied().unwrap_or(v["endTime"].as_i64().unwrap());
+            *spent.entry(samples[k].to_string()).or_insert(0) += until - times[k];
+        }
+        assert_eq!(spent[&a.to_string()], 3000, "{samples:?} {deltas:?}");
+        // `b`: 2002-2003 ms, and a row of weight 2 for 2003-2005 ms.
+        assert_eq!(spent[&b.to_string()], 3000, "{samples:?} {deltas:?}");
+        // 3-2002 ms, and from 2005 ms to the end.
+        assert_eq!(spent[&idle.to_string()], 2_999_000, "{samples:?} {deltas:?}");
+        // Wall-clock mode keeps its meaning: each entry from its time on.
+        p.meta.mode = "wall".into();
+        let w: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        assert!(w["nodes"].as_array().unwrap().iter().all(|n| n["callFrame"]["functionName"] != "(idle)"));
     }
 
     #[test]

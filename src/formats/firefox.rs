@@ -158,8 +158,18 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
             }
         }));
     }
+    let mut started = vec![false; profile.threads.len()];
     for &i in &order {
-        let Some(ctx) = threads[profile.sample_thread[i] as usize].as_mut() else { continue };
+        let t = profile.sample_thread[i] as usize;
+        let Some(ctx) = threads[t].as_mut() else { continue };
+        if !std::mem::replace(&mut started[t], true) {
+            // The Profiler ignores a thread's first CPU delta (it has
+            // nothing before it to be a delta from), so the thread opens
+            // with an empty sample of no weight where its first one's CPU
+            // time began: that first sample's time then counts.
+            let begin = profile.sample_time_ns[i].saturating_sub(profile.sample_cpu_delta_ns[i]);
+            w.fx.add_sample(ctx.handle, at(begin), None, CpuDelta::ZERO, 0);
+        }
         let stack = match profile.sample_idle[i] {
             0 => w.stack(ctx, profile.sample_stack[i]),
             _ => Some(w.idle_stack(ctx, profile.sample_stack[i])),
@@ -251,7 +261,13 @@ mod tests {
         assert_eq!(threads[0]["name"], "main");
         assert_eq!(threads[0]["isMainThread"], true);
         assert_eq!(threads[1]["tid"], "101");
-        assert_eq!(threads[0]["samples"]["length"], 2);
+        // An empty sample of no weight first: the Profiler takes a thread's
+        // first CPU delta for nothing, and the first real sample's counts.
+        assert_eq!(threads[0]["samples"]["length"], 3);
+        assert_eq!(threads[0]["samples"]["stack"][0], serde_json::Value::Null);
+        assert_eq!(threads[0]["samples"]["weight"][0], 0);
+        assert_eq!(threads[0]["samples"]["threadCPUDelta"][0], 0);
+        assert_eq!(threads[0]["samples"]["threadCPUDelta"][1], 1);
         let strings: Vec<&str> = v["shared"]["stringArray"]
             .as_array()
             .or(threads[0]["stringArray"].as_array())
@@ -271,8 +287,8 @@ mod tests {
             let f = t["stackTable"]["frame"][s].as_u64().unwrap() as usize;
             t["frameTable"]["category"][f].as_u64().unwrap()
         };
-        assert_ne!(stack_category(0), idle);
-        assert_eq!(stack_category(1), idle);
+        assert_ne!(stack_category(1), idle);
+        assert_eq!(stack_category(2), idle);
     }
 
     #[test]

@@ -227,9 +227,14 @@ describe('saying so when something is off', () => {
   test('the summary ends with what the profiler cost', () => {
     const r = h.cli(['record', '-o', path.join(dir, 'cost.collapsed'), '--', NODE, h.BUSY])
     expect(r.status).toBe(0)
-    const m = /Profiler cost: sampler thread ([\d.]+) ms CPU \(([\d.]+)% of one core\); sampled threads stopped ([\d.]+) m?s in all, ([\d.]+) µs per sample\./.exec(r.stderr)
+    const m =
+      /Profiler cost: sampler thread ([\d.]+) ms CPU \(([\d.]+)% of one core\); sampled threads stopped ([\d.]+) m?s in all, ([\d.]+) µs per sample; JavaScript threads ([\d.]+) m?s CPU describing their code for names\./.exec(
+        r.stderr,
+      )
     expect(m).not.toBeNull()
     expect(Number(m[1])).toBeGreaterThan(0)
+    // The main thread's code, at least, was described.
+    expect(Number(m[5])).toBeGreaterThan(0)
   }, 60000)
 
   test('JavaScript that cannot be named: one warning that says why and what to do', () => {

@@ -133,7 +133,11 @@ test('Firefox Profiler processed format: one thread per sampled thread, consiste
   let jsFuncs = 0
   for (const t of doc.threads) {
     const { samples: s, stackTable: st, frameTable: ft, funcTable: fn, stringArray } = t
-    samples += s.length
+    // Each thread opens with an empty sample of no weight (the Profiler
+    // takes a thread's first CPU delta for nothing).
+    expect(s.stack[0]).toBe(null)
+    expect(s.weight[0]).toBe(0)
+    samples += s.length - 1
     expect(s.stack).toHaveLength(s.length)
     expect(s.stack.every((i) => i === null || (i >= 0 && i < st.length))).toBe(true)
     for (let i = 0; i < st.length; i++) {
@@ -156,10 +160,14 @@ test('.cpuprofile has the structure Chrome DevTools loads, for the main thread',
   const file = convert('demo.cpuprofile')
   const doc = JSON.parse(fs.readFileSync(file, 'utf8'))
   const main = profile.threads.findIndex((t) => t.isMain)
-  // One entry per interval: a row of weight n is n entries.
+  // One entry per interval: a row of weight n is n entries; in CPU mode,
+  // time off the CPU between rows is an entry of (idle).
   const mainSamples = profile.samples.thread.reduce((n, t, i) => n + (t === main ? profile.samples.weight[i] : 0), 0)
-  expect(doc.samples).toHaveLength(mainSamples)
-  expect(doc.timeDeltas).toHaveLength(mainSamples)
+  const idleNode = doc.nodes.find((n) => n.callFrame.functionName === '(idle)')
+  const offCpu = idleNode ? doc.samples.filter((id) => id === idleNode.id).length : 0
+  expect(profile.meta.mode).toBe('cpu')
+  expect(doc.samples).toHaveLength(mainSamples + offCpu)
+  expect(doc.timeDeltas).toHaveLength(doc.samples.length)
   expect(Number.isInteger(doc.startTime) && Number.isInteger(doc.endTime)).toBe(true)
   expect(doc.startTime).toBeLessThanOrEqual(doc.endTime)
   expect(doc.timeDeltas.every((d) => Number.isInteger(d) && d >= 0)).toBe(true)
@@ -180,7 +188,8 @@ test('.cpuprofile has the structure Chrome DevTools loads, for the main thread',
   }
   expect(parents.size).toBe(doc.nodes.length - 1)
   expect(doc.samples.every((id) => byId.has(id))).toBe(true)
-  expect(doc.nodes.reduce((n, x) => n + x.hitCount, 0)).toBe(mainSamples)
+  expect(doc.nodes.reduce((n, x) => n + x.hitCount, 0)).toBe(doc.samples.length)
+  for (const n of doc.nodes) expect(n.hitCount).toBe(doc.samples.filter((id) => id === n.id).length)
   const fib = doc.nodes.find((n) => n.callFrame.functionName.startsWith('fibonacciOnMainThread'))
   expect(fib).toBeDefined()
   expect(fib.callFrame.url).toMatch(/^file:\/\/.*demo\.js$/)

@@ -9,7 +9,9 @@
 //!   `.node` file, a library from node_modules): they are user code. On a
 //!   thread that runs JavaScript, a stack with nothing left is `(garbage
 //!   collector)` when it was in V8's heap, else `(program)`, as
-//!   `--cpu-prof` names them. Threads that never run JavaScript or addon
+//!   `--cpu-prof` names them; the collector running under a JavaScript
+//!   function (an allocation that needed space) is a `(garbage collector)`
+//!   frame on that function, so its time is not the function's own. Threads that never run JavaScript or addon
 //!   code (V8's compiler threads, libuv's pool hashing in OpenSSL) have
 //!   nothing to show in this view and are left out; the per-thread totals
 //!   and the mixed view still show them.
@@ -121,7 +123,9 @@ pub fn apply(profile: &ProfileData, view: View) -> Cow<'_, ProfileData> {
         let func = symbols.frame_function[frame as usize] as usize;
         let parent = profile.stack_parent[s];
         let (up, up_gc) = if parent < 0 { (-1, false) } else { (mapped[parent as usize], in_gc[parent as usize]) };
-        in_gc[s] = up_gc || gc[func];
+        // In the collector since the last frame kept (JavaScript that a
+        // collector's callback ran is not the collector's time).
+        in_gc[s] = !keep[func] && (up_gc || gc[func]);
         mapped[s] = if keep[func] { intern(&mut out, up, frame) } else { up };
     }
     // Threads with something to show: any sample with a kept frame.
@@ -136,6 +140,10 @@ pub fn apply(profile: &ProfileData, view: View) -> Cow<'_, ProfileData> {
         let s = profile.sample_stack[i] as usize;
         let thread = profile.sample_thread[i] as usize;
         let stack = match mapped[s] {
+            // The collector running under JavaScript (an allocation that
+            // needed space): its own row, as `--cpu-prof` counts it, on the
+            // allocating function.
+            m if m >= 0 && in_gc[s] && view == View::Js => intern(&mut out, m, gc_frame) as u32,
             m if m >= 0 => m as u32,
             _ if !shows[thread] => continue,
             _ => intern(&mut out, -1, if in_gc[s] { gc_frame } else { program_frame }) as u32,
@@ -239,6 +247,18 @@ mod tests {
             folded(&p, View::Js),
             "main (100);run (/app/x.js:3:5) 1\n\
              main (100);run (/app/x.js:3:5);addon_work 1\n"
+        );
+        // The collector under JavaScript: its own frame on the allocating function.
+        let mut p = mixed_profile();
+        p.stack_frame.push(3); // stack 5: main>a(run)>CollectGarbage
+        p.stack_parent.push(1);
+        p.sample_stack = vec![5, 4, 3, 1];
+        assert_eq!(
+            folded(&p, View::Js),
+            "main (100);run (/app/x.js:3:5);(garbage collector) 1\n\
+             main (100);run (/app/x.js:3:5);addon_work 1\n\
+             worker (101);(garbage collector) 1\n\
+             worker (101);run (/app/x.js:3:5) 1\n"
         );
         assert_eq!(View::parse("js"), Some(View::Js));
         assert_eq!(View::parse("JS"), None);

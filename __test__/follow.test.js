@@ -259,3 +259,15 @@ ms.saveProfile(ms.stop(), ${JSON.stringify(raw)})`
     expect(asked.stderr).not.toContain('has no name')
   }, 60000)
 })
+
+describe('summary lines', () => {
+  test("a child's long command line keeps its script and loses node's options", () => {
+    const { shortCommand } = require('../lib/cli/follow')
+    const opts = Array.from({ length: 40 }, (_, i) => `--option-${i}=value`).join(' ')
+    expect(shortCommand(`node ${opts} /app/test/a.test.js --grep x`)).toBe('node [options] /app/test/a.test.js --grep x')
+    expect(shortCommand('node app.js')).toBe('node app.js')
+    const long = shortCommand(`node /app/${'x'.repeat(300)}.js`)
+    expect(long).toHaveLength(120)
+    expect(long.endsWith('…')).toBe(true)
+  })
+})

@@ -135,6 +135,20 @@ function single(dir) {
   }
 }
 
+/**
+ * A command line short enough for one summary line: node's options (a
+ * test runner passes each file's process dozens) become `[options]`, and
+ * what is still too long is cut.
+ */
+function shortCommand(command, max = 120) {
+  if (command.length <= max) return command
+  const words = command.split(' ')
+  let first = 1
+  while (first < words.length && words[first].startsWith('-')) first++
+  const short = first > 1 ? [words[0], '[options]', ...words.slice(first)].join(' ') : command
+  return short.length <= max ? short : short.slice(0, max - 1) + '…'
+}
+
 /** Summary lines: every process recorded, and the ones that were not. */
 function processLines(summary, session) {
   const lines = []
@@ -143,19 +157,19 @@ function processLines(summary, session) {
     lines.push(`  processes ${procs.length} Node.js processes profiled:`)
     const w = Math.max(...procs.map((p) => text.int(p.samples).length))
     for (const p of procs) {
-      lines.push(`            pid ${String(p.pid).padEnd(7)} ${text.int(p.samples).padStart(w)} samples  ${p.command}`)
+      lines.push(`            pid ${String(p.pid).padEnd(7)} ${text.int(p.samples).padStart(w)} samples  ${shortCommand(p.command)}`)
     }
   }
   for (const m of session.missing) {
     const why = m.running ? 'still running when the command ended' : 'ended without writing its profile'
-    lines.push(`  not profiled: ${m.command} (pid ${m.pid}): ${why}`)
+    lines.push(`  not profiled: ${shortCommand(m.command)} (pid ${m.pid}): ${why}`)
   }
   if (session.notNode.length > 0) {
-    const list = session.notNode.map((c) => (c.pid === null ? c.command : `${c.command} (pid ${c.pid})`))
+    const list = session.notNode.map((c) => (c.pid === null ? shortCommand(c.command) : `${shortCommand(c.command)} (pid ${c.pid})`))
     const shown = list.slice(0, 5).join(', ') + (list.length > 5 ? `, and ${list.length - 5} more` : '')
     lines.push(`  not Node.js, not profiled: ${shown}`)
   }
   return lines
 }
 
-module.exports = { collect, single, processLines, commandLine, threadRoles }
+module.exports = { collect, single, processLines, commandLine, shortCommand, threadRoles }

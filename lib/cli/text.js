@@ -86,8 +86,12 @@ function pathsTable(report) {
   return lines
 }
 
-/** Names an OS gives a thread that say nothing about it (roles.rs agrees). */
-const GENERIC = new Set(['', 'node', 'nodejs', 'electron', 'Electron', 'thread', 'MainThread'])
+/**
+ * Names an OS gives a thread that say nothing about it (roles.rs agrees).
+ * Node 24 and later name threads `node-MainThread` and `WorkerThread`, and
+ * a worker sampled before Node names it has its creator's name.
+ */
+const GENERIC = new Set(['', 'node', 'nodejs', 'electron', 'Electron', 'thread', 'MainThread', 'node-MainThread', 'WorkerThread'])
 
 /** A thread as a person reads it: its role, and its OS name if that says more. */
 function threadName(t) {

@@ -33,7 +33,12 @@ const RULES: &[(&str, &str)] = &[
 
 /// Names an operating system gives a thread that say nothing about it.
 pub fn is_generic_name(name: &str) -> bool {
-    matches!(name, "" | "node" | "nodejs" | "electron" | "Electron" | "thread" | "MainThread")
+    // Node 24 and later name threads `node-MainThread` and `WorkerThread`;
+    // a worker sampled before Node names it has its creator's name.
+    matches!(
+        name,
+        "" | "node" | "nodejs" | "electron" | "Electron" | "thread" | "MainThread" | "node-MainThread" | "WorkerThread"
+    )
 }
 
 /// Whether a module is part of the runtime (Node, Electron, V8, libc and
@@ -232,6 +237,12 @@ mod tests {
         assign(&mut p, &s, &[(103, "worker 1 (/app/pool.js)".into())]);
         assert_eq!(p.role(3), "worker 1 (/app/pool.js)");
         assert_eq!(display_name(&p, 3), "worker 1 (/app/pool.js)");
+        // Node 24 and later: its own thread names, or the creator's name on
+        // a worker sampled before Node named it, say less than the role.
+        for name in ["WorkerThread", "node-MainThread"] {
+            p.threads[3].name = name.into();
+            assert_eq!(display_name(&p, 3), "worker 1 (/app/pool.js)");
+        }
         assert!(matches(&p, 0, "main"));
         assert!(matches(&p, 3, "worker"));
         assert!(matches(&p, 3, "worker 1"), "the name the threads table shows");

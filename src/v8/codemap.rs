@@ -511,7 +511,7 @@ pub fn split_js_name(raw: &str) -> Option<(&str, &str, &str)> {
 /// for non-JS code (kept as is).
 pub fn parse_js_name(raw: &str) -> JsName {
     let other = |raw: &str| JsName {
-        display: raw.to_string(),
+        display: without_wasm_tier(raw).to_string(),
         function: String::new(),
         location: String::new(),
         tier: None,
@@ -524,6 +524,8 @@ pub fn parse_js_name(raw: &str) -> JsName {
         None if looks_like_location(rest) => ("", rest.trim()),
         None => (rest.trim(), ""),
     };
+    // WebAssembly code comes as JavaScript functions without a location.
+    let function = if location.is_empty() { without_wasm_tier(function) } else { function };
     let function = if function.is_empty() {
         if kind == "Script" {
             "(script)".to_string()
@@ -535,6 +537,20 @@ pub fn parse_js_name(raw: &str) -> JsName {
     };
     let display = if location.is_empty() { function.clone() } else { format!("{function} ({location})") };
     JsName { display, function, location: location.to_string(), tier, is_js: true }
+}
+
+/// A WebAssembly function's name without the index and compiler tier V8
+/// appends (`wasm-function[717]-717-liftoff`, `…-717-turbofan`), so a
+/// function is one row whichever tier ran it, as in `--cpu-prof`.
+fn without_wasm_tier(raw: &str) -> &str {
+    const TIERS: [&str; 4] = ["-liftoff", "-turbofan", "-liftoff-debug", "-turbofan-debug"];
+    let Some(rest) = TIERS.iter().find_map(|t| raw.strip_suffix(t)) else { return raw };
+    match rest.rsplit_once('-') {
+        Some((name, index)) if !name.is_empty() && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => raw,
+    }
 }
 
 /// V8 writes `name url:line:col`. Both can hold spaces: a name (`get
@@ -574,6 +590,23 @@ fn looks_like_location(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webassembly_functions_are_one_row_whatever_the_tier() {
+        for raw in [
+            "wasm-function[717]-717-liftoff",
+            "JS:wasm-function[717]-717-turbofan",
+            "Function:wasm-function[717]-717-liftoff",
+        ] {
+            assert_eq!(parse_js_name(raw).display, "wasm-function[717]", "{raw}");
+        }
+        // JavaScript with a location keeps its name whatever it ends with.
+        assert_eq!(parse_js_name("JS:*a-1-liftoff /app/a.js:1:1").function, "a-1-liftoff");
+        assert_eq!(parse_js_name("fill_block-12-turbofan").display, "fill_block");
+        // Not a tier after an index: left as it is.
+        assert_eq!(parse_js_name("my-liftoff").display, "my-liftoff");
+        assert_eq!(parse_js_name("-3-liftoff").display, "-3-liftoff");
+    }
 
     #[test]
     fn is_js_name_agrees_with_the_parser() {

@@ -143,6 +143,14 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         first_sample[profile.sample_thread[i] as usize].get_or_insert(profile.sample_time_ns[i]);
     }
 
+    // A profile without samples still needs a thread: the Profiler does
+    // not load a file with none.
+    if first_sample.iter().all(Option::is_none) {
+        if let Some(t) = super::cpuprofile::main_thread(profile) {
+            first_sample[t] = Some(profile.start_ns);
+        }
+    }
+
     let mut w = Writer { profile, symbols: &symbols, fx, categories };
     let mut threads: Vec<Option<ThreadCtx>> = Vec::with_capacity(profile.threads.len());
     for (t, rec) in profile.threads.iter().enumerate() {
@@ -289,6 +297,23 @@ mod tests {
         };
         assert_ne!(stack_category(1), idle);
         assert_eq!(stack_category(2), idle);
+    }
+
+    #[test]
+    fn a_profile_without_samples_keeps_its_main_thread() {
+        let mut p = sample_profile();
+        for v in [&mut p.sample_thread, &mut p.sample_stack] {
+            v.clear();
+        }
+        p.sample_time_ns.clear();
+        p.sample_idle.clear();
+        p.sample_cpu_delta_ns.clear();
+        p.sample_weight.clear();
+        let v: serde_json::Value = serde_json::from_slice(&export(&p)).unwrap();
+        let threads = v["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 1);
+        assert_eq!(threads[0]["isMainThread"], true);
+        assert_eq!(threads[0]["samples"]["length"], 0);
     }
 
     #[test]

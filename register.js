@@ -192,6 +192,8 @@ function main() {
     // not after the whole run.
     try {
       require('./lib/output.js').checkWritable(output)
+      // Throws (EINVAL, naming the extensions) for a name no format has.
+      require('./lib/addon.js').api.formatFromPath(output)
     } catch (e) {
       warn(`cannot start sampling: ${e.message}`)
       return

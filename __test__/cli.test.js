@@ -29,6 +29,31 @@ function names(file) {
 }
 
 describe('record', () => {
+  test('one signal to the whole process group reaches the program once', async () => {
+    const script = path.join(dir, 'count-sigint.js')
+    fs.writeFileSync(
+      script,
+      "let n = 0\nprocess.on('SIGINT', () => { n++; console.log('got SIGINT ' + n); if (n >= 2) process.exit(7) })\n" +
+        'setInterval(() => { let x = 0; for (let i = 0; i < 1e6; i++) x += i }, 10)\n',
+    )
+    for (let round = 0; round < 3; round++) {
+      const child = require('child_process').spawn(NODE, [h.CLI, 'record', '-q', '-o', path.join(dir, 'group.machprof'), '--', NODE, script], {
+        detached: true, // its own process group, as a shell job is
+        stdio: ['ignore', 'pipe', 'pipe'],
+      })
+      let out = ''
+      child.stdout.on('data', (d) => (out += d))
+      const exited = new Promise((resolve) => child.on('exit', resolve))
+      await new Promise((resolve) => setTimeout(resolve, 1500))
+      process.kill(-child.pid, 'SIGINT')
+      // record forwards what the program did not log within 500 ms.
+      await new Promise((resolve) => setTimeout(resolve, 1200))
+      expect(out.match(/got SIGINT/g)).toEqual(['got SIGINT'])
+      process.kill(-child.pid, 'SIGINT')
+      expect(await exited).toBe(7)
+    }
+  }, 60000)
+
   test("the README's command: summary on stderr, flame-graph HTML left behind, program output untouched", () => {
     const out = path.join(dir, 'readme.html')
     const r = h.cli(['record', '-o', out, '--', NODE, 'examples/demo.js'])
@@ -204,22 +229,28 @@ describe('record', () => {
     expect(maxDepth).toBeLessThanOrEqual(16)
   }, 60000)
 
-  test('on a terminal, a live line shows elapsed time and samples', () => {
+  test('on a terminal, a live line shows elapsed time and samples; -q leaves the terminal to the program', () => {
     if (!fs.existsSync('/usr/bin/script')) {
       throw new Error('the live-line test needs script(1) to give the CLI a terminal (Debian: apt-get install bsdutils)')
     }
     const out = path.join(dir, 'live.machprof')
     const q = (s) => `'${s.replace(/'/g, "'\\''")}'`
-    const cmd = [NODE, h.CLI, 'record', '-q', '-o', out, '--', NODE, h.DEMO].map(q).join(' ')
-    const r = spawnSync('/usr/bin/script', ['-qec', cmd, '/dev/null'], {
-      encoding: 'utf8',
-      env: { ...process.env, DEMO_DURATION_MS: '2500' },
-      timeout: 60000,
-    })
+    const run = (extra) => {
+      const cmd = [NODE, h.CLI, 'record', ...extra, '-o', out, '--', NODE, h.DEMO].map(q).join(' ')
+      return spawnSync('/usr/bin/script', ['-qec', cmd, '/dev/null'], {
+        encoding: 'utf8',
+        env: { ...process.env, DEMO_DURATION_MS: '2500' },
+        timeout: 60000,
+      })
+    }
+    const r = run([])
     expect(r.status).toBe(0)
     expect(r.stdout).toMatch(/machsampler: recording \d+\.\d s, [\d,]+ samples/)
     expect(fs.existsSync(out)).toBe(true)
-  }, 60000)
+    const quiet = run(['-q'])
+    expect(quiet.status).toBe(0)
+    expect(quiet.stdout).not.toMatch(/machsampler: recording/)
+  }, 90000)
 })
 
 describe('register.js without the CLI', () => {
@@ -243,6 +274,7 @@ describe('register.js refuses settings it cannot honour, before the program runs
     [{ MACHSAMPLER_INTERVAL_MS: '0x10' }, "MACHSAMPLER_INTERVAL_MS must be a decimal number, got '0x10'"],
     [{ MACHSAMPLER_DURATION_S: '1e1' }, "MACHSAMPLER_DURATION_S must be a decimal number, got '1e1'"],
     [{ MACHSAMPLER_OUTPUT: '/nonexistent-dir/x.html' }, "cannot write '/nonexistent-dir/x.html': no such directory"],
+    [{ MACHSAMPLER_OUTPUT: path.join(dir, 'x.prof') }, expect.stringContaining(`cannot tell the format of '${path.join(dir, 'x.prof')}' from its name`)],
   ])('%p', (extra, message) => {
     const r = spawnSync(NODE, ['-r', path.join(h.ROOT, 'register.js'), '-e', 'console.log("ran")'], {
       env: { ...process.env, MACHSAMPLER_OUTPUT: path.join(dir, 'refused.html'), ...extra },
@@ -251,8 +283,10 @@ describe('register.js refuses settings it cannot honour, before the program runs
     })
     expect(r.status).toBe(0)
     expect(r.stdout).toBe('ran\n')
-    expect(r.stderr).toBe(`machsampler: cannot start sampling: ${message}\n`)
+    expect(r.stderr.startsWith('machsampler: cannot start sampling: ')).toBe(true)
+    expect(r.stderr.slice('machsampler: cannot start sampling: '.length).trimEnd()).toEqual(message)
     expect(fs.existsSync(path.join(dir, 'refused.html'))).toBe(false)
+    expect(fs.existsSync(path.join(dir, 'x.prof'))).toBe(false)
   })
 })
 

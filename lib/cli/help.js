@@ -80,7 +80,8 @@ Options:
                         Breakpad .sym files, ELF debug files, and https://
                         servers in the Breakpad layout (files are downloaded
                         into the cache after the program exits)
-  -q, --quiet           no summary
+  -q, --quiet           no summary, and no live "recording…" line (for programs
+                        that prompt on the terminal)
   -h, --help            this help
 
 Exit status: the program's own (128+n if it died of signal n); if no

@@ -61,6 +61,9 @@ function main(argv) {
     if (e.code !== 'EPIPE') throw e
     process.exit(0)
   })
+  // Messages go to stderr; a terminal closed meanwhile (EIO after SIGHUP)
+  // must not stop `record` from writing the profile.
+  process.stderr.on('error', () => {})
   run(argv).then((code) => {
     process.exitCode = code
   })

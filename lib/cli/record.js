@@ -156,7 +156,14 @@ function isNode(command) {
 function liveLine(sessionDir) {
   const started = Date.now()
   let shown = false
+  let gone = false
+  // A closed terminal (SIGHUP): nothing more to show, and nothing to fail.
+  const onError = () => {
+    gone = true
+  }
+  process.stderr.on('error', onError)
   const timer = setInterval(() => {
+    if (gone) return
     const elapsed = Date.now() - started
     if (elapsed < LIVE_AFTER_MS) return
     // Every recording process keeps a status file: add them up.
@@ -174,7 +181,7 @@ function liveLine(sessionDir) {
   }, LIVE_EVERY_MS)
   return () => {
     clearInterval(timer)
-    if (shown) process.stderr.write('\r\x1b[2K')
+    if (shown && !gone) process.stderr.write('\r\x1b[2K')
   }
 }
 
@@ -209,15 +216,21 @@ function runChild(opts, env, sessionDir, onPid = () => {}) {
     // supervisor's `kill -- -pgid`, `timeout`) reaches the program too;
     // forwarding it would deliver it twice, and a program may take a second
     // Ctrl-C as "exit now". A signal sent to this process alone is
-    // forwarded. The recorded program logs the signals it gets; one it
-    // does not log within a moment is forwarded.
+    // forwarded. The recorded program logs the signals it gets: one is
+    // forwarded only if, within a moment, the program has not logged as
+    // many of that signal as this process got (counting, not comparing
+    // with a count taken now: the program may log it before this runs).
+    const received = {}
     const forward = (signal) => {
-      if (signal === 'SIGINT' && process.stdin.isTTY) return
-      const before = signalsSeen(sessionDir, signal)
+      received[signal] = (received[signal] || 0) + 1
       const cooperative = fs.existsSync(path.join(sessionDir, 'claim'))
+      // Ctrl-C reaches every process of the terminal's foreground group;
+      // a program that logs nothing cannot say it got it.
+      if (signal === 'SIGINT' && process.stdin.isTTY && !cooperative) return
+      const count = received[signal]
       const started = Date.now()
       const check = () => {
-        if (exited || signalsSeen(sessionDir, signal) > before) return
+        if (exited || signalsSeen(sessionDir, signal) >= count) return
         if (cooperative && Date.now() - started < SIGNAL_WAIT_MS) {
           setTimeout(check, 20)
           return
@@ -368,7 +381,9 @@ async function record(argv) {
   }
   const sessionDir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-'))
   try {
-    const live = process.stderr.isTTY === true
+    // The live line shares the terminal with the program: -q leaves it to
+    // the program (a prompt, a REPL).
+    const live = process.stderr.isTTY === true && !opts.quiet
     const stopLive = live ? liveLine(sessionDir) : () => {}
     let status
     let topPid

@@ -161,11 +161,11 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         }
     }
     let idle_id = nodes.len() as u32 + 2;
-    let (samples, time_deltas, gaps) = timeline(profile, &indices, idle_id, |i| match profile.sample_idle[i] {
+    let line = timeline(profile, &indices, idle_id, |i| match profile.sample_idle[i] {
         0 => id[tree.of_stack[profile.sample_stack[i] as usize] as usize],
         _ => idle_id,
     });
-    let last = start_of(profile) as i64 + time_deltas.iter().sum::<i64>();
+    let gaps = line.off_cpu;
     if idle_hits + gaps > 0 {
         root.children.push(idle_id);
         nodes.push(Node {
@@ -182,19 +182,30 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         });
     }
     nodes.insert(0, root);
-    let start_time = start_of(profile);
-    let out =
-        CpuProfile { nodes, start_time, end_time: (profile.end_ns / 1000).max(last as u64), samples, time_deltas };
+    let out = CpuProfile {
+        nodes,
+        start_time: profile.start_ns / 1000,
+        end_time: (profile.end_ns / 1000).max(line.last_us),
+        samples: line.samples,
+        time_deltas: line.time_deltas,
+    };
     // Serializing plain data into a Vec cannot fail.
     serde_json::to_vec(&out).unwrap_or_default()
 }
 
-fn start_of(profile: &ProfileData) -> u64 {
-    profile.start_ns / 1000
+/// A thread's timeline in the file's terms.
+struct Timeline {
+    samples: Vec<u32>,
+    /// Microseconds since the previous entry (the first: since the start).
+    time_deltas: Vec<i64>,
+    /// Time of the last entry, µs.
+    last_us: u64,
+    /// Entries that are time off the CPU (CPU mode).
+    off_cpu: u64,
 }
 
-/// The timeline: node ids and their time deltas (µs), one entry per
-/// sampling interval, and how many entries were time off the CPU.
+/// The timeline: node ids and their time deltas, one entry per sampling
+/// interval.
 ///
 /// DevTools and speedscope take an entry to last until the next one. In
 /// wall-clock mode a row of weight n at time t stands for the intervals t,
@@ -203,16 +214,11 @@ fn start_of(profile: &ProfileData) -> u64 {
 /// end at t, and time between the previous row's end and this row's
 /// start (the thread waited, or was not scheduled) becomes `(idle)`
 /// entries, so it is not credited to the function sampled before it.
-fn timeline(
-    profile: &ProfileData,
-    indices: &[usize],
-    idle: u32,
-    node_of: impl Fn(usize) -> u32,
-) -> (Vec<u32>, Vec<i64>, u64) {
+fn timeline(profile: &ProfileData, indices: &[usize], idle: u32, node_of: impl Fn(usize) -> u32) -> Timeline {
     let us = |ns: u64| ns / 1000;
     let cpu = profile.meta.mode == "cpu";
     let interval = profile.interval_ns;
-    let mut last = start_of(profile) as i64;
+    let mut last = us(profile.start_ns) as i64;
     let mut samples = Vec::with_capacity(indices.len());
     let mut time_deltas = Vec::with_capacity(indices.len());
     let mut gaps = 0u64;
@@ -251,7 +257,7 @@ fn timeline(
         push(&mut samples, &mut time_deltas, idle, ran_until, &mut last);
         gaps += 1;
     }
-    (samples, time_deltas, gaps)
+    Timeline { samples, time_deltas, last_us: last as u64, off_cpu: gaps }
 }
 
 #[cfg(test)]

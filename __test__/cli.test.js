@@ -54,6 +54,27 @@ describe('record', () => {
     }
   }, 60000)
 
+  test('a record killed with SIGKILL leaves a scratch directory that the next run removes', async () => {
+    const tmp = h.tmpdir('killed-tmp')
+    try {
+      const env = { ...process.env, TMPDIR: tmp }
+      const child = require('child_process').spawn(NODE, [h.CLI, 'record', '-q', '-o', path.join(dir, 'killed.html'), '--', NODE, '-e', 'setTimeout(() => {}, 1000)'], {
+        env,
+        stdio: 'ignore',
+      })
+      await new Promise((resolve) => setTimeout(resolve, 600))
+      expect(h.listDir(tmp)).toHaveLength(1)
+      child.kill('SIGKILL')
+      await new Promise((resolve) => setTimeout(resolve, 1500)) // the orphaned program ends
+      expect(h.listDir(tmp)).toHaveLength(1)
+      const r = h.cli(['convert', machprof, '-o', '-', '-f', 'collapsed'], { env })
+      expect(r.status).toBe(0)
+      expect(h.listDir(tmp)).toEqual([])
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true })
+    }
+  }, 30000)
+
   test("the README's command: summary on stderr, flame-graph HTML left behind, program output untouched", () => {
     const out = path.join(dir, 'readme.html')
     const r = h.cli(['record', '-o', out, '--', NODE, 'examples/demo.js'])
@@ -313,9 +334,16 @@ describe('report and convert', () => {
       expect(r.stdout.split('\n').filter(Boolean).every((l) => / \d+$/.test(l))).toBe(true)
       expect(r.stdout).toContain('fibonacciOnMainThread')
       expect(h.listDir(cwd)).toEqual([]) // no file named '-'
-      const head = require('child_process').spawnSync('sh', ['-c', `"${NODE}" "${h.CLI}" convert "${machprof}" -o - -f speedscope | head -c 10`], { encoding: 'utf8' })
+      // Its scratch directory is gone too, though the closed pipe ends the process.
+      const tmp = h.tmpdir('stdout-tmp')
+      const head = require('child_process').spawnSync('sh', ['-c', `"${NODE}" "${h.CLI}" convert "${machprof}" -o - -f speedscope | head -c 10`], {
+        encoding: 'utf8',
+        env: { ...process.env, TMPDIR: tmp },
+      })
       expect(head.stdout).toBe('{"$schema"')
       expect(head.stderr).not.toMatch(/pipe|cannot write|error/i)
+      expect(h.listDir(tmp)).toEqual([])
+      fs.rmSync(tmp, { recursive: true, force: true })
       expect(h.cli(['convert', machprof, '-o', '-']).stderr).toContain('needs --format')
     } finally {
       fs.rmSync(cwd, { recursive: true, force: true })

@@ -2,13 +2,13 @@
 // `machsampler convert <profile.machprof> -o <file> [options]`
 
 const fs = require('fs')
-const os = require('os')
 const path = require('path')
 
 const { parse, oneProfile, CliError, USAGE } = require('./args')
 const { help } = require('./help')
 const { processFile, outputFormat, checkView } = require('./profile-io')
 const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
+const { scratchDir } = require('./scratch')
 
 const SPEC = {
   help: { type: 'boolean', short: 'h' },
@@ -32,7 +32,8 @@ async function convert(argv) {
   const view = checkView(values.view)
   const symbols = symbolOptions(values)
   await fetchFor(input, symbols)
-  const tmp = toStdout ? fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-')) : null
+  const tmp = toStdout ? scratchDir() : null
+  let stdoutParts
   try {
     const output = toStdout ? path.join(tmp, 'out') : values.output
     let result
@@ -52,16 +53,19 @@ async function convert(argv) {
       const why = result.summary.samples === 0 ? 'the profile has no samples' : 'the profile has only idle samples; add --idle to draw them'
       throw new CliError(`${why}; nothing written to ${values.output}`, 1)
     }
-    if (toStdout) {
-      // Several processes give several files: one after the other.
-      for (const o of result.outputs) await writeStdout(fs.readFileSync(o.path))
+    if (!toStdout) {
+      for (const o of result.outputs) process.stderr.write(`machsampler: wrote ${o.path} (${format})\n`)
       return 0
     }
-    for (const o of result.outputs) process.stderr.write(`machsampler: wrote ${o.path} (${format})\n`)
-    return 0
+    // Read before writing: a reader that stops early ends the process on
+    // EPIPE, and the directory must be gone by then.
+    stdoutParts = result.outputs.map((o) => fs.readFileSync(o.path))
   } finally {
     if (tmp) fs.rmSync(tmp, { recursive: true, force: true })
   }
+  // Several processes give several files: one after the other.
+  for (const bytes of stdoutParts) await writeStdout(bytes)
+  return 0
 }
 
 /**

@@ -26,6 +26,7 @@ const { processFile, outputFormat, extensionOf, checkView } = require('./profile
 const follow = require('./follow')
 const { symbolOptions, fetchFor, printWarnings } = require('./symbols')
 const text = require('./text')
+const { scratchDir } = require('./scratch')
 
 // JavaScript frames are named from V8 itself while sampling (no flags).
 // --perf-map also has V8 write /tmp/perf-<pid>.map (functions only, which
@@ -379,7 +380,7 @@ async function record(argv) {
   } catch (e) {
     throw new CliError(e.message, 1)
   }
-  const sessionDir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-'))
+  const sessionDir = scratchDir()
   try {
     // The live line shares the terminal with the program: -q leaves it to
     // the program (a prompt, a REPL).

@@ -358,6 +358,23 @@ describe('report and convert', () => {
     expect(r.stderr).not.toMatch(/EPIPE|Error|at /)
   })
 
+  test('names holding terminal escapes are printed escaped, by record and report', () => {
+    const script = path.join(dir, 'escapes.js')
+    fs.writeFileSync(
+      script,
+      "const o = {}\no['hot\\x1b[2J\\x1b]0;title\\x07'] = function () { let x = 0; const u = Date.now() + 800; while (Date.now() < u) for (let i = 0; i < 1e4; i++) x += i % 3; return x }\n" +
+        "o['hot\\x1b[2J\\x1b]0;title\\x07']()\n",
+    )
+    const out = path.join(dir, 'escapes.machprof')
+    const rec = h.cli(['record', '-o', out, '--', NODE, script])
+    expect(rec.status).toBe(0)
+    const rep = h.cli(['report', out])
+    for (const printed of [rec.stderr, rep.stdout]) {
+      expect(printed).toContain('hot\\x1b[2J\\x1b]0;title\\x07')
+      expect(printed).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f]/)
+    }
+  })
+
   test('report --thread <tid> --by total --top 3', () => {
     const main = ms.loadProfile(machprof).threads.find((t) => t.isMain)
     const r = h.cli(['report', machprof, '--thread', String(main.tid), '--by', 'total', '--top', '3'])

@@ -310,7 +310,7 @@ function summary(opts, result, session) {
   if (result.format !== 'machprof') {
     lines.push(`Tip: record with -o <name>.machprof to keep a file that 'machsampler report' and 'convert' read.`)
   }
-  return lines.join('\n') + '\n'
+  return text.printable(lines.join('\n')) + '\n'
 }
 
 /** Nothing to draw: one line, no file, and a failing status. */

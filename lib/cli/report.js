@@ -50,7 +50,7 @@ async function report(argv) {
   lines.push(...text.functionsTable(r, options.by, options.thread, options.view), '')
   lines.push(...text.pathsTable(r), '')
   lines.push(...text.costLines(summary))
-  process.stdout.write(lines.join('\n') + '\n')
+  process.stdout.write(text.printable(lines.join('\n')) + '\n')
   return 0
 }
 

@@ -9,6 +9,7 @@ const env = require('../env.js')
 const { downloadAll, describe } = require('../symbol-fetch.js')
 const { CliError, USAGE } = require('./args')
 const { fromAddon } = require('./profile-io')
+const { printable } = require('./text')
 
 /**
  * The symbols job option: --symbol-path, else MACHSAMPLER_SYMBOL_PATH, else
@@ -65,13 +66,13 @@ function printWarnings(result) {
   const missing = []
   for (const w of result.warnings || []) {
     if (/^source map .*: No such file or directory/.test(w)) missing.push(w)
-    else process.stderr.write(`machsampler: ${w}\n`)
+    else process.stderr.write(`machsampler: ${printable(w)}\n`)
   }
-  if (missing.length === 1) process.stderr.write(`machsampler: ${missing[0]}\n`)
+  if (missing.length === 1) process.stderr.write(`machsampler: ${printable(missing[0])}\n`)
   else if (missing.length > 1) {
     const first = /^source map (.*?): No such file/.exec(missing[0])[1]
     process.stderr.write(
-      `machsampler: ${missing.length} scripts name source maps that are not there (first: ${first}); ` +
+      `machsampler: ${missing.length} scripts name source maps that are not there (first: ${printable(first)}); ` +
         'their functions are shown at their compiled positions\n',
     )
   }

@@ -17,6 +17,18 @@ function ms(ns) {
   return v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${v.toFixed(v < 10 ? 2 : 0)} ms`
 }
 
+/**
+ * `s` safe to print on a terminal: control characters (names of threads and
+ * functions may hold any byte), line and paragraph separators and
+ * direction overrides are shown as escapes. Newlines are kept.
+ */
+function printable(s) {
+  return s.replace(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, (c) => {
+    const code = c.charCodeAt(0)
+    return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16)}`
+  })
+}
+
 function clip(s, max = NAME_MAX) {
   return s.length > max ? s.slice(0, max - 1) + '…' : s
 }
@@ -163,4 +175,4 @@ function overview(summary) {
   ]
 }
 
-module.exports = { overview, functionsTable, pathsTable, threadsTable, threadName, outputLines, costLines, int, ms }
+module.exports = { printable, overview, functionsTable, pathsTable, threadsTable, threadName, outputLines, costLines, int, ms }

@@ -213,18 +213,20 @@ main { position: relative; margin: 4px 10px 20px; }
 .empty { margin: 20px; font-size: 14px; }
 ";
 
+/// What the graph shows: its samples, and the threads they come from (not
+/// every thread seen, most of which may have no sample drawn).
 fn title(profile: &ProfileData, opts: &ExportOptions) -> String {
-    let threads = profile.threads.len();
     let secs = profile.end_ns.saturating_sub(profile.start_ns) as f64 / 1e9;
     let kind = if opts.include_idle { "samples" } else { "running samples" };
-    format!(
-        "machsampler: {} {kind}, {threads} thread{}, {secs:.2} s",
-        (0..profile.sample_count())
-            .filter(|&i| opts.include_idle || profile.sample_idle[i] == 0)
-            .map(|i| profile.weight(i))
-            .sum::<u64>(),
-        if threads == 1 { "" } else { "s" }
-    )
+    let drawn = (0..profile.sample_count()).filter(|&i| opts.include_idle || profile.sample_idle[i] == 0);
+    let mut shown = vec![false; profile.threads.len()];
+    let mut samples = 0u64;
+    for i in drawn {
+        samples += profile.weight(i);
+        shown[profile.sample_thread[i] as usize] = true;
+    }
+    let threads = shown.iter().filter(|&&s| s).count();
+    format!("machsampler: {samples} {kind}, {threads} thread{}, {secs:.2} s", if threads == 1 { "" } else { "s" })
 }
 
 fn subtitle(opts: &ExportOptions) -> String {
@@ -318,6 +320,16 @@ mod tests {
         let svg = String::from_utf8(export(&p, &ExportOptions::default(), false).unwrap()).unwrap();
         assert!(!svg.chars().any(|c| c < ' ' && !matches!(c, '\t' | '\n' | '\r')));
         assert!(svg.contains("esc\u{fffd}[31m nul\u{fffd} &lt;&amp;&gt;"), "{svg}");
+    }
+
+    #[test]
+    fn title_counts_the_threads_drawn() {
+        let mut p = sample_profile();
+        assert!(title(&p, &ExportOptions::default()).contains("3 running samples, 2 threads"));
+        p.sample_idle = vec![0, 0, 1, 1];
+        assert!(title(&p, &ExportOptions::default()).contains("2 running samples, 1 thread,"));
+        let all = ExportOptions { include_idle: true, ..ExportOptions::default() };
+        assert!(title(&p, &all).contains("4 samples, 2 threads"));
     }
 
     #[test]

@@ -196,6 +196,20 @@ export interface ModuleInfo {
 }
 
 /**
+ * The maps {@link noteSourceMap} was given in this process, on every
+ * thread: `[script, map]` pairs, for `machsampler record` to symbolize in
+ * its own process.
+ */
+export declare function notedSourceMaps(): Array<[string, string]>
+
+/**
+ * For the module loader hook (lib/compiled-maps.js): the source map of a
+ * script compiled from text that is not its file's (TypeScript
+ * transpiled in memory), used by this process's symbolizations.
+ */
+export declare function noteSourceMap(script: string, map: string): void
+
+/**
  * The canonical name of a format name or alias (`flamegraph` is `html`),
  * case-insensitive.
  *

@@ -249,6 +249,7 @@ function main() {
         // Raw and uncompressed: fast to write while the process exits. The
         // CLI names the frames while the binaries and perf map still exist.
         ms.stop({ output, format: 'machprof', compress: false })
+        writeSourceMaps(sessionDir)
         if (settings.live) writeStatus('done')
       } else {
         ms.stop({ symbolicate: true, output })
@@ -316,6 +317,22 @@ function main() {
   if (settings.live) {
     statusTimer = setInterval(() => writeStatus('recording'), 500)
     statusTimer.unref()
+  }
+}
+
+/**
+ * The maps of scripts compiled in memory (see lib/compiled-maps.js), on
+ * every thread, for the CLI, which names the frames in its own process.
+ */
+function writeSourceMaps(sessionDir) {
+  const noted = require('./lib/addon.js').sourceMaps.noted()
+  if (noted.length === 0) return
+  const file = path.join(sessionDir, `source-maps-${process.pid}.json`)
+  try {
+    fs.writeFileSync(`${file}.tmp`, JSON.stringify(noted))
+    fs.renameSync(`${file}.tmp`, file)
+  } catch {
+    // Those functions are then shown at their compiled positions.
   }
 }
 

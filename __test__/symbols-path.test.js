@@ -326,8 +326,9 @@ describe('source maps', () => {
   const ts = path.join(FIX, 'sourcemap', 'src', 'fib.ts')
   const tsLine = (needle) => fs.readFileSync(ts, 'utf8').split('\n').findIndex((l) => l.includes(needle)) + 1
 
-  for (const which of ['dist', 'inline']) {
-    test(`compiled TypeScript (${which === 'dist' ? 'a .map file' : 'an inline map'}) is shown at its .ts lines`, () => {
+  const how = { dist: 'a .map file', inline: 'an inline map', memory: 'transpiled in memory as it loads, as ts-node does' }
+  for (const which of ['dist', 'inline', 'memory']) {
+    test(`compiled TypeScript (${how[which]}) is shown at its .ts lines`, () => {
       const r = spawnSync(process.execPath, [path.join(__dirname, 'fixtures', 'sourcemap-run.js'), which, '1500'], {
         encoding: 'utf8',
         timeout: 60000,
@@ -345,4 +346,48 @@ describe('source maps', () => {
       expect(top.filter((f) => f.file.endsWith(`${which}/fib.js`))).toEqual([])
     })
   }
+
+  test('machsampler record: TypeScript transpiled in memory, in the main thread and a worker, at its .ts lines', () => {
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-tsmem-'))
+    const script = path.join(tmp, 'run-ts.js')
+    // The worker compiles through vm, as test runners do; the main thread
+    // through require, as ts-node does.
+    fs.writeFileSync(
+      script,
+      `const ts = require(${JSON.stringify(require.resolve('typescript'))})
+const fs = require('fs')
+const { Worker, isMainThread } = require('worker_threads')
+const compile = (filename) => ts.transpileModule(fs.readFileSync(filename, 'utf8'), {
+  compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2020, inlineSourceMap: true }, fileName: filename }).outputText
+const file = ${JSON.stringify(ts)}
+if (isMainThread) {
+  require.extensions['.ts'] = (m, filename) => m._compile(compile(filename), filename)
+  const w = new Worker(__filename)
+  require(file).run(1200)
+  w.on('exit', () => {})
+} else {
+  const exports = {}
+  require('vm').runInThisContext('(function (exports, require, module) {' + compile(file) + '\\n})', { filename: file })(exports, require, {})
+  exports.run(1200)
+}
+`,
+    )
+    const out = path.join(tmp, 'ts.machprof')
+    const rec = spawnSync(process.execPath, [CLI, 'record', '-q', '-o', out, '--', process.execPath, script], { encoding: 'utf8', timeout: 60000 })
+    expect(rec.status).toBe(0)
+    const p = ms.loadProfile(out)
+    const fns = p.symbols.functions
+    for (const role of ['main', 'worker']) {
+      const thread = p.threads.find((t) => (role === 'main' ? t.isMain : /^worker \d/.test(t.role)))
+      expect(thread).toBeDefined()
+      const named = new Set()
+      for (let i = 0; i < p.samples.stack.length; i++) {
+        if (p.threads[p.samples.thread[i]] !== thread) continue
+        for (let n = p.samples.stack[i]; n >= 0; n = p.stacks.parent[n]) named.add(p.symbols.frameFunction[p.stacks.frame[n]])
+      }
+      const fib = [...named].filter((f) => fns.name[f].startsWith('fibonacci ('))
+      expect([...new Set(fib.map((f) => `${fns.file[f]}:${fns.line[f]}`))]).toEqual([`${ts}:${tsLine('function fibonacci(')}`])
+    }
+    fs.rmSync(tmp, { recursive: true, force: true })
+  })
 })

@@ -53,6 +53,10 @@ try {
   throw unsupported(platformKey(), e)
 }
 
+// JavaScript transpiled in memory (ts-node, tsx) keeps its source map in
+// memory only: noted as each module compiles, for names at .ts lines.
+require('./compiled-maps.js').install(binding)
+
 function codedError(code, message) {
   return Object.assign(new Error(message), { code })
 }
@@ -153,6 +157,8 @@ module.exports = {
     wait: binding.waitForExitSave,
     setProgramListens: binding.setProgramListens,
   },
+  /** For `record`: source maps of scripts compiled in memory, noted in the program and handed to the CLI. */
+  sourceMaps: { note: binding.noteSourceMap, noted: binding.notedSourceMaps },
   /** For the download step: the symbol files servers may have for a profile. */
   symbolDownloads: arity('symbolDownloads', binding.symbolDownloads, 2),
   codedError,

@@ -370,6 +370,20 @@ function writeStalls(opts, sessionDir) {
   return written
 }
 
+/**
+ * Source maps the program's processes kept in memory only (TypeScript
+ * transpiled as it loaded), for naming their frames here.
+ */
+function noteSourceMaps(sessionDir) {
+  for (const name of fs.readdirSync(sessionDir).filter((n) => /^source-maps-\d+\.json$/.test(n))) {
+    try {
+      for (const [script, map] of JSON.parse(fs.readFileSync(path.join(sessionDir, name), 'utf8'))) addon.sourceMaps.note(script, map)
+    } catch {
+      // Those functions are then shown at their compiled positions.
+    }
+  }
+}
+
 async function record(argv) {
   const opts = parseRecordArgs(argv)
   if (opts.help) {
@@ -411,6 +425,7 @@ async function record(argv) {
     const reports = ['self', 'total'].map((by) => ({ top: 15, by, includeIdle: opts.includeIdle, view: opts.view }))
     // The program has exited: now symbol files may be downloaded.
     for (const raw of session.raws) await fetchFor(raw, opts.symbols, { quiet: opts.quiet })
+    noteSourceMaps(sessionDir)
     const result = processFile(session.raws, {
       symbols: opts.symbols,
       output: opts.output,

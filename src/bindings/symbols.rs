@@ -142,6 +142,22 @@ pub fn symbolicate<'env>(
     JsSymbolTable::from_symbols(env, &symbols).map_err(napi_fail)
 }
 
+/// For the module loader hook (lib/compiled-maps.js): the source map of a
+/// script compiled from text that is not its file's (TypeScript
+/// transpiled in memory), used by this process's symbolizations.
+#[napi(js_name = "noteSourceMap")]
+pub fn note_source_map(script: String, map: String) -> Result<(), &'static str> {
+    crate::symbols::source_map::note_compiled(&script, &map).map_err(einval)
+}
+
+/// The maps {@link noteSourceMap} was given in this process, on every
+/// thread: `[script, map]` pairs, for `machsampler record` to symbolize in
+/// its own process.
+#[napi(js_name = "notedSourceMaps", ts_return_type = "Array<[string, string]>")]
+pub fn noted_source_maps() -> Vec<Vec<String>> {
+    crate::symbols::source_map::noted_compiled().into_iter().map(|(s, m)| vec![s, m]).collect()
+}
+
 /// A symbol file to download (see `symbolDownloads`).
 #[napi(object, js_name = "SymbolDownload")]
 pub struct JsSymbolDownload {

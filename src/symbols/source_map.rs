@@ -24,6 +24,9 @@ use crate::profile::{Function, FunctionKind};
 /// that size is rarely useful, and reading it costs).
 const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 const MAX_MAP_BYTES: u64 = 256 << 20;
+/// All maps of scripts compiled in memory, together: what a process keeps
+/// for naming its frames is bounded.
+const MAX_NOTED_BYTES: u64 = 256 << 20;
 
 type Loaded = Result<Option<Arc<ScriptMap>>, String>;
 /// Script path -> (its modification time and size, its map).
@@ -45,6 +48,61 @@ pub struct ScriptMap {
 /// How many map entries before a function's position are searched for
 /// its name (`name = (a, b) =>` puts the name a few entries back).
 const NAME_LOOKBACK: usize = 12;
+
+/// Maps of scripts compiled from text that is not their file's (a
+/// TypeScript or JSX loader transpiling in memory): script path -> the map
+/// (a `data:` URL or the map's JSON), as the program's loader gave it.
+type Compiled = Mutex<Noted>;
+
+#[derive(Default)]
+struct Noted {
+    maps: HashMap<String, Arc<str>>,
+    bytes: usize,
+}
+
+fn compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(Default::default)
+}
+
+/// Notes the map of a script compiled in memory, for every later
+/// symbolization in this process. Used when the script's file names no
+/// map of its own. A map noted again for the same script replaces it.
+pub fn note_compiled(script: &str, map: &str) -> Result<(), String> {
+    if script.is_empty() || map.len() as u64 > MAX_MAP_BYTES {
+        return Err(format!("a source map needs a script path and at most {} MiB", MAX_MAP_BYTES >> 20));
+    }
+    let mut noted = compiled().lock().unwrap_or_else(|e| e.into_inner());
+    let replaced = noted.maps.get(script).map_or(0, |m| m.len());
+    let bytes = noted.bytes - replaced + map.len();
+    if bytes as u64 > MAX_NOTED_BYTES {
+        return Err(format!("maps of scripts compiled in memory are kept up to {} MiB", MAX_NOTED_BYTES >> 20));
+    }
+    noted.maps.insert(script.to_string(), Arc::from(map));
+    noted.bytes = bytes;
+    Ok(())
+}
+
+/// Every map noted in this process: (script path, map).
+pub fn noted_compiled() -> Vec<(String, String)> {
+    let noted = compiled().lock().unwrap_or_else(|e| e.into_inner());
+    noted.maps.iter().map(|(script, map)| (script.clone(), map.to_string())).collect()
+}
+
+/// The map noted for a script compiled in memory.
+fn load_compiled(url: &str, path: &Path) -> Loaded {
+    let Some(text) = compiled().lock().unwrap_or_else(|e| e.into_inner()).maps.get(url).cloned() else {
+        return Ok(None);
+    };
+    let map = if text.starts_with("data:") {
+        decode_inline(&text)?
+    } else {
+        decode(text.as_bytes()).map_err(|e| format!("source map of {url}: {e}"))?
+    };
+    let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    // The compiled text is not kept: names come from V8 and the map.
+    Ok(Some(Arc::new(ScriptMap { map, dir, script: sourcemap::SourceView::from_string(String::new()) })))
+}
 
 /// The per-symbolization view: maps by script, each problem said once.
 #[derive(Default)]
@@ -121,7 +179,19 @@ fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
 }
 
 fn decode(bytes: &[u8]) -> Result<sourcemap::SourceMap, String> {
-    match sourcemap::decode_slice(bytes).map_err(|e| e.to_string())? {
+    regular(sourcemap::decode_slice(bytes).map_err(|e| e.to_string())?)
+}
+
+/// A `data:` URL's map.
+fn decode_inline(url: &str) -> Result<sourcemap::SourceMap, String> {
+    sourcemap::decode_data_url(url)
+        .map_err(|e| e.to_string())
+        .and_then(regular)
+        .map_err(|e| format!("inline source map: {e}"))
+}
+
+fn regular(map: sourcemap::DecodedMap) -> Result<sourcemap::SourceMap, String> {
+    match map {
         sourcemap::DecodedMap::Regular(m) => Ok(m),
         sourcemap::DecodedMap::Index(i) => i.flatten().map_err(|e| e.to_string()),
         sourcemap::DecodedMap::Hermes(h) => Ok((*h).clone()),
@@ -141,12 +211,7 @@ fn load(path: &Path) -> Loaded {
     let view = || sourcemap::SourceView::from_string(String::from_utf8_lossy(&script).into_owned());
     let (bytes, map_dir, what) = match map_reference(&script) {
         Some(url) if url.starts_with("data:") => {
-            let map = match sourcemap::decode_data_url(&url).map_err(|e| format!("inline source map: {e}"))? {
-                sourcemap::DecodedMap::Regular(m) => m,
-                sourcemap::DecodedMap::Index(i) => i.flatten().map_err(|e| format!("inline source map: {e}"))?,
-                sourcemap::DecodedMap::Hermes(h) => (*h).clone(),
-            };
-            return Ok(Some(Arc::new(ScriptMap { map, dir, script: view() })));
+            return Ok(Some(Arc::new(ScriptMap { map: decode_inline(&url)?, dir, script: view() })));
         }
         Some(url) if url.contains("://") && !url.starts_with("file://") => {
             return Err(format!("source map {url} is not a local file"));
@@ -300,11 +365,16 @@ impl SourceMaps {
         if let Some(m) = self.by_script.get(url) {
             return m.clone();
         }
-        let map = script_path(url).and_then(|p| match cached_load(&p) {
-            Ok(m) => m,
-            Err(e) => {
-                warn(format!("{e}; functions of {url} are shown at their compiled positions"));
-                None
+        let map = script_path(url).and_then(|p| {
+            match cached_load(&p).and_then(|m| match m {
+                Some(m) => Ok(Some(m)),
+                None => load_compiled(url, &p),
+            }) {
+                Ok(m) => m,
+                Err(e) => {
+                    warn(format!("{e}; functions of {url} are shown at their compiled positions"));
+                    None
+                }
             }
         });
         self.by_script.insert(url.to_string(), map.clone());
@@ -394,6 +464,24 @@ mod tests {
                 assert!(f.name.starts_with(&format!("{func} ({}:{want}:", ts.display())), "{}", f.name);
             }
         }
+    }
+
+    #[test]
+    fn a_script_transpiled_in_memory_maps_through_the_map_noted_for_it() {
+        // As ts-node runs src/fib.ts: V8 sees the compiled text under the
+        // .ts path, whose file names no map.
+        let dir = fixture("sourcemap");
+        let ts = dir.join("src/fib.ts");
+        let js = dir.join("inline/fib.js");
+        let text = std::fs::read_to_string(&js).unwrap();
+        let (line, col) = position_of(&js, "function fibonacci");
+        let raw = format!("JS:*fibonacci {}:{line}:{}", ts.display(), col + 1);
+        assert_eq!(map_all(&raw).0.line, line, "nothing noted: the compiled position");
+        note_compiled(ts.to_str().unwrap(), map_reference(text.as_bytes()).unwrap().as_str()).unwrap();
+        let (f, w) = map_all(&raw);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), ts_line_of(&ts, "function fibonacci")));
+        assert!(note_compiled("", "{}").is_err());
     }
 
     #[test]

@@ -282,6 +282,27 @@ describeLinux('names from the first samples', () => {
     return [...per.values()].filter((e) => e.js && e.rows >= 100)
   }
 
+  test.each(MAJORS)('Node %i: interpreted code in bytecode handlers that call out: no made-up frame', (major) => {
+    const node = fetchNode(major)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-handlers-'))
+    try {
+      const out = path.join(dir, 'p.machprof')
+      const fixture = path.join(__dirname, 'fixtures', 'cold-constructors.js')
+      const r = h.cli(['record', '-q', '--interval', '1', '-o', out, '--', node, fixture])
+      expect(r.status).toBe(0)
+      expect(r.stderr).not.toMatch(/no name/)
+      const p = ms.loadProfile(out)
+      const { name } = p.symbols.functions
+      // A bytecode position read from a handler's own frame: an address
+      // in the first pages, where nothing is mapped.
+      const madeUp = name.filter((n) => /^0x[0-9a-f]+$/.test(n) && parseInt(n, 16) < 0x10000)
+      expect(madeUp).toEqual([])
+      expect(name.some((n) => /^f\d+ \(/.test(n))).toBe(true)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60000)
+
   test.each(MAJORS)('Node %i: at most 2 %% of any thread\'s samples have an unnamed JavaScript frame', (major) => {
     const node = fetchNode(major)
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-first-'))

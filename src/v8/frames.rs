@@ -223,6 +223,11 @@ pub struct V8JsFrames {
     /// This sample's bytecode addresses (from the frames or from V8).
     bytecodes: FxHashSet<u64>,
     interpreted: Vec<[u64; slots::WORDS]>,
+    /// The native address of each of `interpreted`'s frames.
+    interpreted_at: Vec<u64>,
+    /// Interpreter addresses of this sample whose frame holds no bytecode
+    /// position: a bytecode handler's own frame, a native frame.
+    not_slots: Vec<u64>,
     learner: slots::Learner,
     merged: Vec<Merged>,
     merger: Merger,
@@ -306,6 +311,16 @@ impl V8JsFrames {
 }
 
 /// True if `addr` is in V8's builtins (either copy).
+/// Below this no heap object lives (Linux maps nothing below 64 KiB; macOS
+/// reserves the first 4 GiB).
+const LOWEST_HEAP_ADDRESS: u64 = 1 << 16;
+
+/// False for an address that cannot be in V8's heap: in the first pages,
+/// in code, in a module.
+fn could_be_heap(modules: &mut ModuleImages, ranges: &V8Ranges, addr: u64) -> bool {
+    addr >= LOWEST_HEAP_ADDRESS && !in_builtins(ranges, addr) && !ranges.code.contains(addr) && !modules.contains(addr)
+}
+
 fn in_builtins(ranges: &V8Ranges, addr: u64) -> bool {
     ranges.embedded.contains(addr) || ranges.embedded_alias.contains(addr)
 }
@@ -434,15 +449,18 @@ impl StackRewrite for V8JsFrames {
         // layout is known; until then GetStackSample's answer
         // (`runtime_frames`), which also teaches the layout.
         self.interpreted.clear();
+        self.interpreted_at.clear();
         for (i, &addr) in c.frames.iter().enumerate() {
             if class(addr) == AddrClass::InterpreterSlot {
                 if let Some(w) = c.frame_words.get(i) {
                     self.interpreted.push(*w);
+                    self.interpreted_at.push(addr);
                 }
             }
         }
         self.js.clear();
         self.bytecodes.clear();
+        self.not_slots.clear();
         if !c.runtime_frames.is_empty() {
             // V8's frames: compiled code and exit frames are in V8's code
             // ranges, interpreted frames are bytecode addresses (the heap).
@@ -462,10 +480,16 @@ impl StackRewrite for V8JsFrames {
             let heap = |b: u64| !in_builtins(&ranges, b) && !ranges.code.contains(b);
             self.learner.observe(&self.interpreted, &reported, &heap);
         } else if let Some(layout) = slots::learned() {
-            for w in &self.interpreted {
-                if let Some(b) = layout.bytecode(w) {
-                    self.js.push(b);
-                    self.bytecodes.insert(b);
+            for (w, &at) in self.interpreted.iter().zip(&self.interpreted_at) {
+                // A bytecode handler that calls out builds a frame of its
+                // own, whose words hold no bytecode position: what they
+                // give is no heap address. That frame stays a native one.
+                match layout.bytecode(w) {
+                    Some(b) if could_be_heap(&mut self.modules, &ranges, b) => {
+                        self.js.push(b);
+                        self.bytecodes.insert(b);
+                    }
+                    _ => self.not_slots.push(at),
                 }
             }
         }
@@ -491,9 +515,12 @@ impl StackRewrite for V8JsFrames {
             self.native.insert(1, c.tos);
         }
         let bytecodes = &self.bytecodes;
+        let not_slots = &self.not_slots;
         let classify = |addr: u64| {
             if bytecodes.contains(&addr) {
                 AddrClass::Bytecode
+            } else if not_slots.contains(&addr) {
+                AddrClass::Other
             } else {
                 native_class(builtins, &ranges, addr)
             }

@@ -58,8 +58,10 @@ const JS_FRAMES_MAX: usize = 256;
 /// Bytes of stack copied per sample, from just below the stack pointer
 /// up. A deeper stack goes on through the frame records above the copy.
 const COPY_BYTES: usize = 48 * 1024;
-/// Frame records kept from above a copy cut at `COPY_BYTES`.
-const TAIL_RECORDS: usize = 256;
+/// Frame records kept from above a copy cut at `COPY_BYTES`: as many as
+/// the deepest stack asked for (`maxStackDepth` up to 1024), so a deep
+/// stack ends at the depth limit, which says so.
+const TAIL_RECORDS: usize = 1024;
 /// Both macOS ABIs let a function use 128 bytes below its stack pointer
 /// without moving it: the copy starts there.
 const RED_ZONE: u64 = 128;
@@ -484,6 +486,18 @@ impl MachBackend {
         );
     }
 
+    /// For a thread the exit log says may have exited: retired if its exit
+    /// is logged; if the log only overflowed since the thread list was
+    /// taken, skipped this time and kept (the next listing tells).
+    fn exited_or_unsure(&mut self, tid: u64, port: u32) -> SkipReason {
+        if EXITS.contains(tid) {
+            self.note_gone(tid, port);
+            SkipReason::Gone
+        } else {
+            SkipReason::Pending
+        }
+    }
+
     fn note_gone(&mut self, tid: u64, port: u32) {
         // Outside the window: pushing may allocate.
         self.gone.push((tid, port));
@@ -684,8 +698,8 @@ impl Backend for MachBackend {
                 continue;
             }
             if EXITS.may_have_exited(tid, self.exits_epoch) {
-                self.note_gone(tid, port);
-                sink(Capture::Skipped { tid, reason: SkipReason::Gone });
+                let reason = self.exited_or_unsure(tid, port);
+                sink(Capture::Skipped { tid, reason });
                 continue;
             }
             let known = self.stacks.get(&tid).copied().unwrap_or_default();
@@ -724,8 +738,8 @@ impl Backend for MachBackend {
                     (regs, end, Extent::default(), 0)
                 }
                 Stopped::Gone => {
-                    self.note_gone(tid, port);
-                    sink(Capture::Skipped { tid, reason: SkipReason::Gone });
+                    let reason = self.exited_or_unsure(tid, port);
+                    sink(Capture::Skipped { tid, reason });
                     continue;
                 }
                 Stopped::StateError => {

@@ -696,3 +696,40 @@ fn the_module_list_comes_from_dyld() {
     // Without the test switch, 20-byte build ids give no LC_UUID.
     assert!(crate::platform::loaded_modules().iter().all(|m| m.build_id.is_empty()));
 }
+
+#[test]
+fn an_exit_log_that_overflowed_skips_live_threads_without_forgetting_them() {
+    let _g = serial();
+    let b = busy();
+    let tid = b.tid.load(Ordering::SeqCst);
+    let mut backend = MachBackend::new().unwrap();
+    let registry = crate::sampler::registry::ThreadRegistry::new();
+    backend.refresh_threads(&registry, true);
+    let mut entries = Vec::new();
+    registry.snapshot(&mut entries);
+    let entry = entries.iter().find(|e| e.tid == tid).copied().expect("the busy thread");
+    let cfg = CaptureConfig { max_depth: 128, native_unwinding: true };
+    let request = |backend: &mut MachBackend| {
+        let mut got = None;
+        backend.request(&[entry], cfg, &mut |c| {
+            got = Some(match c {
+                Capture::Stack(_) => None,
+                Capture::Skipped { reason, .. } => Some(reason),
+            })
+        });
+        got.expect("an answer")
+    };
+    // More exits of other threads than the log holds since the list was
+    // taken: whether this one exited cannot be told from the log.
+    for i in 0..crate::platform::mach::exit_log::EXIT_LOG_LEN as u64 {
+        hook::EXITS.record(u64::MAX - i);
+    }
+    assert_eq!(request(&mut backend), Some(SkipReason::Pending));
+    // A refresh that is not a full listing keeps it, and it is sampled.
+    backend.refresh_threads(&registry, false);
+    registry.snapshot(&mut entries);
+    assert!(entries.iter().any(|e| e.tid == tid), "the thread was forgotten");
+    assert_eq!(request(&mut backend), None);
+    b.finish();
+    assert_audit_clean();
+}

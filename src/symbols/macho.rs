@@ -121,18 +121,55 @@ pub fn find_dsym(binary: &Path, uuid: [u8; 16], symbol_dirs: &[PathBuf]) -> Opti
         let mut files: Vec<PathBuf> =
             std::fs::read_dir(&dwarf_dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
-        files.into_iter().find(|f| uuid_of_file(f) == Some(uuid))
+        files.into_iter().find(|f| file_has_uuid(f, uuid))
     })
 }
 
+/// The image in `data` with LC_UUID `uuid`: `data` itself unless it is a
+/// universal (fat) binary, whose slices are images of their own; then the
+/// slice with that UUID, or without one given, this machine's
+/// architecture's (else the first). Anything else is returned as it is.
+pub fn image_in(data: &[u8], uuid: Option<[u8; 16]>) -> Option<&[u8]> {
+    let slices: Vec<(&[u8], object::Architecture)> = match object::FileKind::parse(data) {
+        Ok(object::FileKind::MachOFat32) => fat_slices::<macho::FatArch32>(data)?,
+        Ok(object::FileKind::MachOFat64) => fat_slices::<macho::FatArch64>(data)?,
+        _ => return Some(data),
+    };
+    let uuid_of = |d: &[u8]| object::File::parse(d).ok()?.mach_uuid().ok()?;
+    match uuid {
+        Some(u) => slices.iter().find(|(d, _)| uuid_of(d) == Some(u)).map(|s| s.0),
+        None => {
+            let host = if cfg!(target_arch = "aarch64") {
+                object::Architecture::Aarch64
+            } else {
+                object::Architecture::X86_64
+            };
+            slices.iter().find(|s| s.1 == host).or(slices.first()).map(|s| s.0)
+        }
+    }
+}
+
+fn fat_slices<A: object::read::macho::FatArch>(data: &[u8]) -> Option<Vec<(&[u8], object::Architecture)>> {
+    let fat = object::read::macho::MachOFatFile::<A>::parse(data).ok()?;
+    Some(fat.arches().iter().filter_map(|a| Some((a.data(data).ok()?, a.architecture()))).collect())
+}
+
 /// The LC_UUID of the Mach-O file at `path` (for a universal binary, of
-/// any of its slices that has one).
+/// its slice for this machine).
 pub fn uuid_of_file(path: &Path) -> Option<[u8; 16]> {
     if !std::fs::metadata(path).ok()?.is_file() {
         return None;
     }
     let data = std::fs::read(path).ok()?;
-    object::File::parse(&*data).ok()?.mach_uuid().ok()?
+    object::File::parse(image_in(&data, None)?).ok()?.mach_uuid().ok()?
+}
+
+/// True if the Mach-O file at `path`, or one slice of it, has LC_UUID
+/// `uuid`.
+pub fn file_has_uuid(path: &Path, uuid: [u8; 16]) -> bool {
+    let uuid_in = |data: &[u8]| object::File::parse(image_in(data, Some(uuid))?).ok()?.mach_uuid().ok()?;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::read(path).is_ok_and(|data| uuid_in(&data) == Some(uuid))
 }
 
 /// A LC_UUID as the lowercase hex a profile's `buildId` holds.

@@ -244,7 +244,10 @@ impl ModuleSymbols {
         // its build id is the one recorded.
         let vdso = if super::vdso::is_vdso(m.path) { super::vdso::image() } else { None };
         let map = if vdso.is_none() { map_file(path) } else { None };
-        if let Some(bytes) = vdso.as_deref().or(map.as_deref()) {
+        // A universal binary: the slice that ran.
+        let wanted = macho::uuid_from_hex(m.build_id);
+        if let Some(whole) = vdso.as_deref().or(map.as_deref()) {
+            let bytes = macho::image_in(whole, wanted).unwrap_or(whole);
             if let Ok(file) = object::File::parse(bytes) {
                 let id = build_id_of(&file);
                 let matches = if vdso.is_some() {
@@ -286,7 +289,8 @@ impl ModuleSymbols {
         };
         if let Some(debug) = debug {
             if let Some(map) = map_file(&debug) {
-                if let Ok(file) = object::File::parse(&*map) {
+                let image = if macho { macho::image_in(&map, macho::uuid_from_hex(&build_id)) } else { Some(&*map) };
+                if let Some(file) = image.and_then(|i| object::File::parse(i).ok()) {
                     b.add_object(&file);
                     if has_dwarf(&file) {
                         dwarf_path = Some(debug.clone());
@@ -645,6 +649,70 @@ mod tests {
         let t = ModuleSymbols::load_with(&other, std::slice::from_ref(&tmp), &mut |w| warnings.push(w));
         assert!(t.breakpad.is_none());
         assert!(warnings.len() == 1 && warnings[0].contains("debug id"), "{warnings:?}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    const X86_64: u32 = 0x0100_0007;
+    const ARM64: u32 = 0x0100_000c;
+
+    /// A universal binary of the given thin images, as lipo makes it.
+    fn universal(slices: &[(&[u8], u32)]) -> Vec<u8> {
+        const ALIGN: usize = 1 << 14;
+        let mut out = Vec::new();
+        out.extend_from_slice(&0xcafe_babe_u32.to_be_bytes());
+        out.extend_from_slice(&(slices.len() as u32).to_be_bytes());
+        let mut offset = ALIGN;
+        for (data, cputype) in slices {
+            let subtype: u32 = if *cputype == X86_64 { 3 } else { 0 };
+            for v in [*cputype, subtype, offset as u32, data.len() as u32, 14] {
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            offset = (offset + data.len()).next_multiple_of(ALIGN);
+        }
+        for (data, _) in slices {
+            out.resize(out.len().next_multiple_of(ALIGN), 0);
+            out.extend_from_slice(data);
+        }
+        out
+    }
+
+    /// A universal binary is read through the slice that ran, for its
+    /// symbols and for its universal dSYM's.
+    #[test]
+    fn universal_binaries_name_the_slice_that_ran() {
+        let tmp = tempdir("universal");
+        let read = |arch: &str, rel: &str| std::fs::read(fixture(&format!("macho/zig-{arch}/{rel}"))).unwrap();
+        let dwarf = "dsym/libfx.dylib.dSYM/Contents/Resources/DWARF/libfx.dylib";
+        let (arm, x86) = (ARM64, X86_64);
+        for (kind, dir) in [("full", "full"), ("stripped", "stripped")] {
+            std::fs::create_dir_all(tmp.join(dir)).unwrap();
+            let fat = universal(&[
+                (&read("x86_64", &format!("{kind}/libfx.dylib")), x86),
+                (&read("arm64", &format!("{kind}/libfx.dylib")), arm),
+            ]);
+            std::fs::write(tmp.join(dir).join("libfx.dylib"), fat).unwrap();
+        }
+        let bundle = tmp.join("syms/libfx.dylib.dSYM/Contents/Resources/DWARF");
+        std::fs::create_dir_all(&bundle).unwrap();
+        std::fs::write(
+            bundle.join("libfx.dylib"),
+            universal(&[(&read("x86_64", dwarf), x86), (&read("arm64", dwarf), arm)]),
+        )
+        .unwrap();
+        for arch in ["arm64", "x86_64"] {
+            let thin = fixture(&format!("macho/zig-{arch}/full/libfx.dylib"));
+            let uuid = hex(&macho::uuid_of_file(&thin).unwrap());
+            let functions = truth(&thin);
+            for (dir, dirs) in [("full", vec![]), ("stripped", vec![tmp.join("syms")])] {
+                let p = tmp.join(dir).join("libfx.dylib").to_string_lossy().into_owned();
+                let r = ModuleRef { path: &p, build_id: &uuid, image_base: 0, macho: true };
+                let mut m = ModuleSymbols::load_with(&r, &dirs, &mut |w| panic!("{w}"));
+                for (name, start) in &functions {
+                    let (hit, _) = named(m.lookup(*start));
+                    assert_eq!((&hit.name, hit.start), (name, *start), "{arch} {dir}");
+                }
+            }
+        }
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

@@ -40,11 +40,19 @@ enum Fate {
     ByTime,
 }
 
+/// The function of machsampler's own JavaScript that wraps the program's
+/// module compiles (`lib/compiled-maps.js`): on the stack under every
+/// module's top level, and left out of stacks, as the program runs the same
+/// without it.
+const OWN_WRAPPER: &str = "machsamplerNotesSourceMap";
+
 /// Function names, one tagged frame per displayed name.
 #[derive(Default)]
 struct Names {
     raw: Vec<String>,
     by_display: FxHashMap<String, u32>,
+    /// Per name: machsampler's own wrapper, left out of stacks.
+    own: Vec<bool>,
 }
 
 impl Names {
@@ -53,10 +61,21 @@ impl Names {
         let next = self.raw.len() as u32;
         let i = *self.by_display.entry(display).or_insert_with(|| {
             self.raw.push(raw.to_string());
+            self.own.push(is_own_wrapper(raw));
             next
         });
         TAGGED_FRAME | i as u64
     }
+
+    /// Whether the frame `addr` became is machsampler's own wrapper.
+    fn is_own(&self, addr: u64) -> bool {
+        addr & TAGGED_FRAME != 0 && self.own.get((addr & !TAGGED_FRAME) as usize) == Some(&true)
+    }
+}
+
+fn is_own_wrapper(raw: &str) -> bool {
+    let js = parse_js_name(raw);
+    js.function == OWN_WRAPPER && js.location.contains("compiled-maps.js")
 }
 
 /// The frame a JS function's entry becomes: tagged if it is JavaScript or
@@ -134,6 +153,7 @@ pub fn resolve_js_frames(
         names.by_display.entry(parse_js_name(raw).display).or_insert(i as u32);
     }
     names.raw = std::mem::take(js_names);
+    names.own = names.raw.iter().map(|r| is_own_wrapper(r)).collect();
     let fates: Vec<Fate> = cols.frame_address.iter().map(|&a| fate(map, &mut names, a, (lo, hi))).collect();
     // Callers' frames in code that inlined functions: the inlined
     // functions' frames.
@@ -200,6 +220,11 @@ pub fn resolve_js_frames(
         let above = if parent < 0 { 0 } else { new_depth[parent as usize] };
         let frame = cols.stack_frame[i] as usize;
         if let (Some(p), Fate::Fixed(addr)) = (parent_new, fates[frame]) {
+            if p >= 0 && names.is_own(addr) {
+                fixed_node[i] = Some(p as u32);
+                new_depth[i] = above;
+                continue;
+            }
             let mut node = intern(p, addr);
             let chain = split(frame, i, above);
             for &f in chain {
@@ -233,6 +258,9 @@ pub fn resolve_js_frames(
                 Fate::Fixed(a) => a,
                 Fate::ByTime => renamed(&mut names, addr, map.lookup(addr, t).map(|h| h.raw)),
             };
+            if parent >= 0 && names.is_own(new) {
+                continue;
+            }
             parent = intern(parent, new) as i32;
             let chain = split(frame, node as usize, depth);
             for &f in chain {
@@ -253,6 +281,43 @@ pub fn resolve_js_frames(
 mod tests {
     use super::*;
     use crate::v8::codemap::CodeKind;
+
+    #[test]
+    fn machsampler_s_own_wrapper_is_left_out_of_stacks() {
+        let mut map = CodeMap::default();
+        map.add(0x1000, 0x100, CodeKind::Jit, "JS:*load /a.js:1:1", 1, 0);
+        map.add(0x2000, 0x100, CodeKind::Jit, "JS:*machsamplerNotesSourceMap /m/lib/compiled-maps.js:58:10", 1, 0);
+        // 0x3000 holds `top` until t=50, then `other`: named by time.
+        map.add(0x3000, 0x100, CodeKind::Jit, "JS:*top /a.js:9:1", 1, 0);
+        map.add(0x3000, 0x100, CodeKind::Jit, "JS:*other /a.js:20:1", 1, 50);
+        // native <- load <- wrapper <- top/other
+        let mut frames = vec![0x9000, 0x1010, 0x2010, 0x3010];
+        let mut stack_frame = vec![0, 1, 2, 3];
+        let mut stack_parent = vec![-1, 0, 1, 2];
+        let mut samples = vec![2, 3, 3];
+        let times = [10, 20, 60];
+        let mut names = Vec::new();
+        let cols =
+            StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
+        resolve_js_frames(&map, cols, &mut samples, &times, &mut names, &InlineLog::default(), usize::MAX);
+        let path = |s: usize| {
+            let mut out = Vec::new();
+            let mut n = samples[s] as i32;
+            while n >= 0 {
+                let f = frames[stack_frame[n as usize] as usize];
+                out.push(if f & TAGGED_FRAME != 0 {
+                    names[(f & !TAGGED_FRAME) as usize].clone()
+                } else {
+                    format!("{f:#x}")
+                });
+                n = stack_parent[n as usize];
+            }
+            out
+        };
+        assert_eq!(path(0), ["JS:*load /a.js:1:1", "0x9000"]);
+        assert_eq!(path(1), ["JS:*top /a.js:9:1", "JS:*load /a.js:1:1", "0x9000"]);
+        assert_eq!(path(2), ["JS:*other /a.js:20:1", "JS:*load /a.js:1:1", "0x9000"]);
+    }
 
     #[test]
     fn fixed_frames_rename_once_reused_addresses_by_time() {

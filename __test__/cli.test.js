@@ -75,6 +75,19 @@ describe('record', () => {
     }
   }, 30000)
 
+  test('stacks deeper than the sampler follows are said to be cut, never silently', () => {
+    const fixture = path.join(__dirname, 'fixtures', 'deep-recursion.js')
+    for (const depth of ['512', '1024']) {
+      const out = path.join(dir, `deep-${depth}.machprof`)
+      const r = h.cli(['record', '-q', '--depth', depth, '-o', out, '--', NODE, fixture, '1000'])
+      expect(r.status).toBe(0)
+      const s = ms.loadProfile(out).stats
+      const cut = s.truncatedStacks + s.endedTruncatedCopy
+      expect(cut / s.samplesCaptured).toBeGreaterThan(0.5)
+      expect(r.stderr).toMatch(/of stacks were (cut at the depth limit|deeper than the sampler could follow)/)
+    }
+  })
+
   test("the README's command: summary on stderr, flame-graph HTML left behind, program output untouched", () => {
     const out = path.join(dir, 'readme.html')
     const r = h.cli(['record', '-o', out, '--', NODE, 'examples/demo.js'])

@@ -667,7 +667,7 @@ fn layout(g: &Guarded, c: &Case) -> Layout {
         regs = Registers { pc: value(pc), sp: value(sp), fp: value(fp), lr: 0 };
     }
     let tail: Vec<TailRecord> =
-        tail_at.iter().zip(&c.tail).map(|(&a, &(_, fp, ra))| [a, value(fp), value(ra)]).collect();
+        tail_at.iter().zip(&c.tail).map(|(&a, &(_, fp, ra))| [a, value(fp), value(ra), 0, 0, 0, 0]).collect();
     Layout { memory, first, len, truncated: c.truncated.unwrap_or(truncated), tail, regs }
 }
 

@@ -70,9 +70,10 @@ pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
 /// cut at the depth limit: their outer frames, the thread's entry point
 /// included, are missing, and totals of callers above the cut are low.
 pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
+    let mut out = deeper_than_copied(profile);
     let (cut, all) = (profile.stats.truncated_stacks, profile.stats.samples_captured);
     if cut == 0 || (cut as f64) < MIN_SHARE * all as f64 {
-        return Vec::new();
+        return out;
     }
     // The limit the session had: its deepest stack.
     let mut depth = vec![0u32; profile.stack_parent.len()];
@@ -81,10 +82,28 @@ pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
         depth[s] = if up >= 0 { depth[up as usize] + 1 } else { 1 };
     }
     let limit = depth.iter().copied().max().unwrap_or(0);
-    vec![format!(
+    out.push(format!(
         "{:.1}% of stacks were cut at the depth limit ({limit} frames): their outer frames, the thread's \
          entry point included, are missing, and their callers' totals are too low. Record again with a \
          larger --depth (maxStackDepth, up to 1024).",
+        100.0 * cut as f64 / all.max(1) as f64
+    ));
+    out
+}
+
+/// One warning if more than [`MIN_SHARE`] of the samples had stacks deeper
+/// than the copy could follow: above the 48 KiB copied, the sampler keeps
+/// only frame records, and a frame of code without frame pointers there
+/// (the runtime's C++ under deep JavaScript) ends the stack.
+fn deeper_than_copied(profile: &ProfileData) -> Vec<String> {
+    let (cut, all) = (profile.stats.ended_truncated_copy, profile.stats.samples_captured);
+    if cut == 0 || (cut as f64) < MIN_SHARE * all as f64 {
+        return Vec::new();
+    }
+    vec![format!(
+        "{:.1}% of stacks were deeper than the sampler could follow (past the 48 KiB of stack it copies, \
+         through code without frame pointers): their outer frames, the thread's entry point included, are \
+         missing, and their callers' totals are too low.",
         100.0 * cut as f64 / all.max(1) as f64
     )]
 }
@@ -106,6 +125,20 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert!(w[0].starts_with("30.0% of stacks were cut at the depth limit ("), "{}", w[0]);
         assert!(w[0].contains("--depth"), "{}", w[0]);
+    }
+
+    #[test]
+    fn warns_when_stacks_were_deeper_than_the_copy() {
+        let mut p = sample_profile();
+        p.stats.samples_captured = 1000;
+        p.stats.ended_truncated_copy = 5;
+        assert!(cut_stacks(&p).is_empty(), "0.5 % is noise");
+        p.stats.ended_truncated_copy = 200;
+        p.stats.truncated_stacks = 300;
+        let w = cut_stacks(&p);
+        assert_eq!(w.len(), 2);
+        assert!(w[0].starts_with("20.0% of stacks were deeper than the sampler could follow"), "{}", w[0]);
+        assert!(w[1].starts_with("30.0% of stacks were cut at the depth limit"), "{}", w[1]);
     }
 
     #[test]

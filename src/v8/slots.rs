@@ -32,6 +32,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const OFFSETS: [u64; 4] = [24, 32, 40, 48];
 pub const WORDS: usize = OFFSETS.len();
 const _: () = assert!(WORDS == crate::sampler::backend::FRAME_WORDS);
+// Frames above a cut copy keep these words (in ascending address order).
+const _: () = {
+    let kept = crate::sampler::unwind::TAIL_WORDS_BELOW;
+    let mut i = 0;
+    while i < WORDS {
+        assert!(kept[WORDS - 1 - i] == OFFSETS[i]);
+        i += 1;
+    }
+};
 
 /// For each frame pointer in `fps`, the words at `fp - OFFSETS[i]` as
 /// `read` answers them from a copy of the stack (0 where it has none),

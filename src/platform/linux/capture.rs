@@ -23,8 +23,12 @@ pub const COPY_BYTES: usize = 48 * 1024;
 /// Bytes of each record's stack copy mapped in before use: enough for most
 /// stacks (a busy Node thread's live stack is a few KiB).
 pub const POPULATED_COPY_BYTES: usize = 16 * 1024;
-/// Frame records kept above a copy that was cut.
-pub const TAIL_RECORDS: usize = 256;
+/// Frame records kept above a copy that was cut: as many as the deepest
+/// stack asked for (`maxStackDepth` up to 1024), so a deep stack ends at
+/// the depth limit, which says so, not silently at the copy's end.
+pub const TAIL_RECORDS: usize = 1024;
+/// Bytes of the tail mapped in before use (the rest only for deep stacks).
+const POPULATED_TAIL_BYTES: usize = 4096;
 /// Frames V8's `GetStackSample` may report.
 pub const RUNTIME_FRAMES: usize = 128;
 
@@ -207,9 +211,10 @@ impl Pool {
 
     /// Maps the pages handlers write on every sample in now (off the
     /// caller's path: the sampler thread calls this), so that they take no
-    /// page faults on first use: each record but the part of its stack copy
-    /// beyond [`POPULATED_COPY_BYTES`], which only deeper stacks reach (and
-    /// fault in once). The contents are not touched: records in use
+    /// page faults on first use: each record but the parts of its stack
+    /// copy and frame-record tail beyond [`POPULATED_COPY_BYTES`] and
+    /// [`POPULATED_TAIL_BYTES`], which only deeper stacks reach (and fault
+    /// in once). The contents are not touched: records in use
     /// meanwhile are unaffected, so the records a first signal needs can be
     /// mapped in before it and the rest after. Best effort
     /// (MADV_POPULATE_WRITE is Linux 5.14+).
@@ -225,11 +230,13 @@ impl Pool {
         };
         let stack_at = std::mem::offset_of!(RecordData, stack);
         let tail_at = std::mem::offset_of!(RecordData, tail);
+        let runtime_at = std::mem::offset_of!(RecordData, runtime);
         let records = records.start.min(self.records.len())..records.end.min(self.records.len());
         for r in &self.records[records] {
             let data = r.data.get() as usize;
             populate(r as *const Record as usize, data + stack_at + POPULATED_COPY_BYTES);
-            populate(data + tail_at, r as *const Record as usize + std::mem::size_of::<Record>());
+            populate(data + tail_at, data + tail_at + POPULATED_TAIL_BYTES);
+            populate(data + runtime_at, r as *const Record as usize + std::mem::size_of::<Record>());
         }
     }
 

@@ -684,8 +684,9 @@ impl LinuxBackend {
             || (signal::js_frames()
                 && self.unwinder.as_ref().is_some_and(|u| self.unwound.frames.iter().any(|&a| u.in_jit(a))));
         if js && copy_words > 0 {
-            let fps = &self.unwound.fps[..self.unwound.fps.len().min(capture::RUNTIME_FRAMES * 2)];
-            crate::v8::slots::words_below(fps, |a| copy.read(a), &mut self.words);
+            // Every frame, those above a cut copy too (their records keep
+            // these words): deep recursion is named to its first frame.
+            crate::v8::slots::words_below(&self.unwound.fps, |a| copy.read(a), &mut self.words);
         }
         let tos = if js { copy.read(d.sp).unwrap_or(0) } else { 0 };
         let runtime = &d.runtime[..(d.runtime_len as usize).min(d.runtime.len())];

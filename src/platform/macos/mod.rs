@@ -437,7 +437,7 @@ impl MachBackend {
             timebase: c.timebase,
             address_mask: c.address_mask,
             stack: vec![0u64; COPY_BYTES / 8].into_boxed_slice(),
-            tail: vec![[0u64; 3]; TAIL_RECORDS].into_boxed_slice(),
+            tail: vec![[0u64; std::mem::size_of::<TailRecord>() / 8]; TAIL_RECORDS].into_boxed_slice(),
             js_frames: vec![0u64; JS_FRAMES_MAX].into_boxed_slice(),
             unwinder: None,
             unwound: Unwound::default(),
@@ -770,8 +770,8 @@ impl Backend for MachBackend {
             let js = JS_FRAMES.load(Ordering::Acquire) && crate::v8::thread_registered(tid);
             let mut tos = 0;
             if js && copied_words > 0 {
-                let fps = &self.unwound.fps[..self.unwound.fps.len().min(JS_FRAMES_MAX)];
-                crate::v8::slots::words_below(fps, |a| copy.read(a), &mut self.words);
+                // Every frame, those above a cut copy too.
+                crate::v8::slots::words_below(&self.unwound.fps, |a| copy.read(a), &mut self.words);
                 tos = top_of_stack_word(Arch::HOST, regs.lr, || {
                     copy.read(regs.sp).map(|w| strip_pointer_tag(w) & self.address_mask).unwrap_or(0)
                 });

@@ -7,10 +7,15 @@
 //! answers only from those bytes: unwinding a copy can never touch the
 //! thread's memory, whatever the stack holds.
 
+/// Offsets below a frame pointer whose words a tail record keeps: where the
+/// JavaScript layer finds an interpreted frame's bytecode position
+/// (`v8::slots::OFFSETS`), so frames above the copy are named too.
+pub const TAIL_WORDS_BELOW: [u64; 4] = [48, 40, 32, 24];
+
 /// A frame record found above the end of the copy: the address of the
-/// record, the saved frame pointer stored there, and the return address
-/// after it.
-pub type TailRecord = [u64; 3];
+/// record, the saved frame pointer stored there, the return address after
+/// it, then the words at [`TAIL_WORDS_BELOW`] under it (0 where not read).
+pub type TailRecord = [u64; 3 + TAIL_WORDS_BELOW.len()];
 
 /// A range `[lo, hi)` inside the copy that was not copied: the middle of a
 /// large frame (an I/O buffer, say) between two frame records.
@@ -69,13 +74,18 @@ impl<'a> StackCopy<'a> {
                 return Some(w);
             }
         }
-        // A record is 16 bytes: saved fp at its address, return address after.
+        // A record is 16 bytes: saved fp at its address, return address
+        // after; some words below it were kept too.
         let i = self.tail.partition_point(|r| r[0].saturating_add(16) <= addr);
-        match self.tail.get(i) {
-            Some(r) if r[0] == addr => Some(r[1]),
-            Some(r) if r[0].checked_add(8) == Some(addr) => Some(r[2]),
-            _ => None,
+        let r = self.tail.get(i)?;
+        if r[0] == addr {
+            return Some(r[1]);
         }
+        if r[0].checked_add(8) == Some(addr) {
+            return Some(r[2]);
+        }
+        let below = r[0].checked_sub(addr)?;
+        TAIL_WORDS_BELOW.iter().position(|&o| o == below).map(|k| r[3 + k])
     }
 }
 
@@ -143,7 +153,15 @@ pub fn frame_records_above(
         }
         let (next, ret) = (read(fp), read(fp + 8));
         if fp + 16 > end {
-            out[n] = [fp, next, ret];
+            let mut record = [0; 3 + TAIL_WORDS_BELOW.len()];
+            record[..3].copy_from_slice(&[fp, next, ret]);
+            for (k, &off) in TAIL_WORDS_BELOW.iter().enumerate() {
+                // Above the copy's start, below the record: inside [start, hi).
+                if let Some(a) = fp.checked_sub(off).filter(|&a| a >= start) {
+                    record[3 + k] = read(a);
+                }
+            }
+            out[n] = record;
             n += 1;
         }
         if next == 0 || ret == 0 {
@@ -217,7 +235,8 @@ mod tests {
     #[test]
     fn reads_only_inside_the_copy_and_the_tail() {
         let words = [10, 11, 12, 13];
-        let tail = [[0x2000, 0x2100, 0xaaaa], [0x2100, 0, 0xbbbb]];
+        // The second record keeps the words 48 and 24 bytes below it.
+        let tail = [[0x2000, 0x2100, 0xaaaa, 0, 0, 0, 0], [0x2100, 0, 0xbbbb, 0x48, 0, 0, 0x24]];
         let c = StackCopy { start: 0x1000, words: &words, truncated: true, tail: &tail, holes: &[] };
         assert_eq!(c.end(), 0x1020);
         assert_eq!(c.read(0x1000), Some(10));
@@ -227,7 +246,9 @@ mod tests {
         assert_eq!(c.read(0x1004), None, "unaligned");
         assert_eq!(c.read(0x2000), Some(0x2100));
         assert_eq!(c.read(0x2008), Some(0xaaaa));
-        assert_eq!(c.read(0x2010), None, "between records");
+        assert_eq!(c.read(0x2010), None, "between records, not kept");
+        assert_eq!((c.read(0x2100 - 48), c.read(0x2100 - 24)), (Some(0x48), Some(0x24)));
+        assert_eq!(c.read(0x2100 - 16), None, "not a kept offset");
         assert_eq!(c.read(0x2108), Some(0xbbbb));
         assert_eq!(c.read(!7), None);
         assert_eq!(StackCopy::EMPTY.read(0), None);
@@ -246,17 +267,24 @@ mod tests {
         words[11] = 0x2222;
         words[20] = at(4); // a cycle back down: must stop
         words[21] = 0x3333;
-        let mut out = [[0u64; 3]; 8];
+        for (w, v) in words.iter_mut().enumerate().filter(|(_, v)| **v == 0) {
+            *v = 0x100 + w as u64; // marks the words below the records
+        }
+        let mut out = [[0u64; 7]; 8];
         // SAFETY: in-bounds reads of `words`, which outlives them.
         let read = |a: u64| unsafe { (a as *const u64).read() };
         let n = frame_records_above(at(4), base, at(8), base + 8 * 32, read, &mut out);
         assert_eq!(n, 2);
-        assert_eq!(out[0], [at(10), at(20), 0x2222]);
-        assert_eq!(out[1], [at(20), at(4), 0x3333]);
+        // With the words 48, 40, 32 and 24 bytes below each record.
+        assert_eq!(out[0], [at(10), at(20), 0x2222, at(10), 0x1111, 0x106, 0x107]);
+        assert_eq!(out[1], [at(20), at(4), 0x3333, 0x10e, 0x10f, 0x110, 0x111]);
         // A record the cut goes through is kept: its return address is
         // above the copy.
         let n = frame_records_above(at(4), base, at(11), base + 8 * 32, read, &mut out);
-        assert_eq!(out[..n], [[at(10), at(20), 0x2222], [at(20), at(4), 0x3333]]);
+        assert_eq!(
+            out[..n].iter().map(|r| [r[0], r[1], r[2]]).collect::<Vec<_>>(),
+            [[at(10), at(20), 0x2222], [at(20), at(4), 0x3333]]
+        );
         let copy = StackCopy { start: base, words: &words[..11], truncated: true, tail: &out[..n], holes: &[] };
         assert_eq!((copy.read(at(10)), copy.read(at(10) + 8)), (Some(at(20)), Some(0x2222)));
         // A misaligned or out-of-bounds start records nothing.

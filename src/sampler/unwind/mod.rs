@@ -25,7 +25,7 @@ pub mod large_frames;
 mod place;
 
 pub use code::{CodeMap, CodeModule, ImageBytes, ImagePin, RangeSet};
-pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord};
+pub use copy::{frame_records_above, outermost_record, Hole, StackCopy, TailRecord, TAIL_WORDS_BELOW};
 pub use known_stack::{copy_end_at_root, lesson, record_fingerprint, Lesson};
 
 use std::ops::Range;

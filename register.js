@@ -103,7 +103,24 @@ function watchChildren(sessionDir) {
   const cp = require('child_process')
   const log = path.join(sessionDir, `children-${process.pid}.jsonl`)
   const spawn = cp.ChildProcess.prototype.spawn
+  // An environment the program chose for a child keeps the preload.
+  const own = { ...process.env }
+  const keepPreload = (options) => {
+    if (!options || !Array.isArray(options.envPairs)) return
+    const given = {}
+    for (const pair of options.envPairs) {
+      const at = pair.indexOf('=')
+      if (at > 0) given[pair.slice(0, at)] = pair.slice(at + 1)
+    }
+    const kept = env.withPreload(given, own)
+    if (kept !== given) options.envPairs = Object.entries(kept).map(([k, v]) => `${k}=${v}`)
+  }
   cp.ChildProcess.prototype.spawn = function (options) {
+    try {
+      keepPreload(options)
+    } catch {
+      // The child starts as the program asked, unprofiled.
+    }
     const r = Reflect.apply(spawn, this, arguments)
     if (this.pid) logLine(log, { pid: this.pid, command: (options && options.args ? options.args : [options && options.file]).join(' ') })
     return r
@@ -115,12 +132,16 @@ function watchChildren(sessionDir) {
   const sync = (name, command) => {
     const original = cp[name]
     if (typeof original !== 'function') return
-    cp[name] = function () {
+    cp[name] = function (...args) {
+      // (file, [args], options) or (command, options): an options object
+      // with an environment of its own keeps the preload.
+      const at = args.findIndex((a, i) => i > 0 && a && typeof a === 'object' && !Array.isArray(a) && a.env)
+      if (at > 0) args[at] = { ...args[at], env: env.withPreload(args[at].env, own) }
       const from = Date.now()
       let pid = null
       let returned = false
       try {
-        const r = Reflect.apply(original, this, arguments)
+        const r = Reflect.apply(original, this, args)
         if (r && typeof r.pid === 'number') pid = r.pid
         returned = true
         return r
@@ -130,7 +151,7 @@ function watchChildren(sessionDir) {
       } finally {
         // pid 0: nothing was started (a missing program, bad arguments).
         if (pid > 0 || (returned && pid === null)) {
-          logLine(log, { pid, command: command(arguments), parent: process.pid, from, to: Date.now() })
+          logLine(log, { pid, command: command(args), parent: process.pid, from, to: Date.now() })
         }
       }
     }

@@ -145,6 +145,28 @@ describe('record follows Node.js processes', () => {
     expect(names(out).some((n) => n.startsWith('syncChildSpins ('))).toBe(true)
   }, 120000)
 
+  test('children given an environment of their own are profiled; a shell that sets NODE_OPTIONS is said to drop the preload', () => {
+    const script = path.join(dir, 'own-env.js')
+    fs.writeFileSync(
+      script,
+      [
+        "const cp = require('child_process')",
+        "const spin = (name) => `function ${name}() { const e = Date.now() + 400; while (Date.now() < e); } ${name}()`",
+        "cp.spawnSync(process.execPath, ['-e', spin('syncChildOwnEnv')], { env: { PATH: process.env.PATH, NODE_OPTIONS: '--max-old-space-size=200' } })",
+        "cp.spawnSync('sh', ['-c', `NODE_OPTIONS=--max-old-space-size=400 \"${process.execPath}\" -e \"${spin('shellChild')}\"`])",
+        "cp.execFile(process.execPath, ['-e', spin('asyncChildOwnEnv')], { env: { ...process.env, NODE_OPTIONS: '--max-old-space-size=300' } }, (e) => { if (e) throw e })",
+      ].join('\n'),
+    )
+    const out = path.join(dir, 'own-env.machprof')
+    const r = h.cli(['record', '--mode', 'wall', '-o', out, '--', NODE, script], { cwd: dir })
+    expect(r.status).toBe(0)
+    expect(r.stderr).toMatch(/processes +3 Node\.js processes profiled:/)
+    const all = names(out)
+    for (const fn of ['syncChildOwnEnv', 'asyncChildOwnEnv']) expect(all.some((n) => n.startsWith(`${fn} (`))).toBe(true)
+    expect(all.some((n) => n.startsWith('shellChild ('))).toBe(false)
+    expect(r.stderr).toMatch(/sets NODE_OPTIONS itself, which drops machsampler's preload/)
+  }, 120000)
+
   test('--no-follow: only the first process records', () => {
     const out = path.join(dir, 'nofollow.machprof')
     const r = h.cli(['record', '--no-follow', '--mode', 'wall', '-o', out, '--', NODE, 'parent.js'], { cwd: dir })

@@ -117,6 +117,29 @@ function restoreOriginal(env) {
   }
 }
 
+/**
+ * For `record`, following processes: the environment `childEnv` a program
+ * gives a child of its own accord (`env: { ...process.env, NODE_OPTIONS:
+ * '--max-old-space-size=4096' }`, or a minimal one), with this process's
+ * preload and session settings (`own`) put back, so a Node child records
+ * too. An environment that already has the preload is returned as it is.
+ */
+function withPreload(childEnv, own) {
+  const ours = own.NODE_OPTIONS || ''
+  const original = own.MACHSAMPLER_ORIGINAL_NODE_OPTIONS
+  // What record added to NODE_OPTIONS: after the program's own part.
+  const added = original !== undefined && ours.startsWith(original) ? ours.slice(original.length).trim() : ''
+  const theirs = childEnv.NODE_OPTIONS || ''
+  if (!added || theirs.includes(REGISTER)) return childEnv
+  const env = { ...childEnv }
+  for (const [key, value] of Object.entries(own)) {
+    if (key.startsWith(PREFIX) && env[key] === undefined) env[key] = value
+  }
+  env.MACHSAMPLER_ORIGINAL_NODE_OPTIONS = theirs
+  env.NODE_OPTIONS = [theirs, added].filter(Boolean).join(' ')
+  return env
+}
+
 /** MACHSAMPLER_SYMBOL_PATH, or undefined if unset or empty. */
 function symbolPath(env) {
   return env.MACHSAMPLER_SYMBOL_PATH || undefined
@@ -149,4 +172,4 @@ function isV8LogFlag(arg, logfile) {
   return V8_LOG_FLAGS.includes(arg) || arg === V8_LOG_POSITION_FLAG || arg === V8_NO_SOURCE_FLAG || arg === `--logfile=${logfile}`
 }
 
-module.exports = { forRecordedProgram, readSettings, restoreOriginal, quote, symbolPath, v8LogFlags, isV8LogFlag }
+module.exports = { forRecordedProgram, readSettings, restoreOriginal, withPreload, quote, symbolPath, v8LogFlags, isV8LogFlag }

@@ -168,6 +168,16 @@ function processLines(summary, session) {
     const list = session.notNode.map((c) => (c.pid === null ? shortCommand(c.command) : `${shortCommand(c.command)} (pid ${c.pid})`))
     const shown = list.slice(0, 5).join(', ') + (list.length > 5 ? `, and ${list.length - 5} more` : '')
     lines.push(`  not Node.js, not profiled: ${shown}`)
+    // `NODE_OPTIONS=… node app.js` in a shell command (an npm script) sets
+    // node's options in place of the ones that carry the preload.
+    const replaced = session.notNode.find((c) => /(^|[\s;&|(])NODE_OPTIONS=/.test(c.command))
+    if (replaced) {
+      lines.push(
+        `            (${shortCommand(replaced.command)} sets NODE_OPTIONS itself, which drops machsampler's preload: ` +
+          'a Node.js process it starts is not profiled; set those options in the environment of record instead, ' +
+          "e.g. NODE_OPTIONS='…' machsampler record -- …)",
+      )
+    }
   }
   return lines
 }

@@ -67,8 +67,8 @@ function cpuProfShares(node) {
   }
 }
 
-// A script's top level is "(script)" in V8's code events and has no name
-// in a .cpuprofile: the same function.
+// A script's top level has no name in V8's code events nor in a
+// .cpuprofile: both are "(anonymous)" (older profiles said "(script)").
 const label = (name) => (name === '(script)' ? '(anonymous)' : name)
 function normalized(shares) {
   const out = {}

@@ -517,7 +517,7 @@ pub fn parse_js_name(raw: &str) -> JsName {
         tier: None,
         is_js: false,
     };
-    let Some((kind, marks, rest)) = split_js_name(raw) else { return other(raw) };
+    let Some((_, marks, rest)) = split_js_name(raw) else { return other(raw) };
     let tier = marks.chars().find(|c| *c != '\'');
     let (function, location) = match split_function_and_url(rest) {
         Some((n, loc)) => (n.trim(), loc.trim()),
@@ -526,15 +526,10 @@ pub fn parse_js_name(raw: &str) -> JsName {
     };
     // WebAssembly code comes as JavaScript functions without a location.
     let function = if location.is_empty() { without_wasm_tier(function) } else { function };
-    let function = if function.is_empty() {
-        if kind == "Script" {
-            "(script)".to_string()
-        } else {
-            "(anonymous)".to_string()
-        }
-    } else {
-        function.to_string()
-    };
+    // A script's top level (`Script:` events) is `(anonymous)` too, as in
+    // V8's own profiles: an ES module's body resumed after a top-level
+    // await is a `JS:` function at the same place, and both are one row.
+    let function = if function.is_empty() { "(anonymous)".to_string() } else { function.to_string() };
     let display = if location.is_empty() { function.clone() } else { format!("{function} ({location})") };
     JsName { display, function, location: location.to_string(), tier, is_js: true }
 }
@@ -660,7 +655,7 @@ mod tests {
             ("JS:~ /my dir/x.js:1:1", "(anonymous)", "/my dir/x.js:1:1"),
             ("JS:~<instance_members_initializer> /a b/x.js:1:1", "<instance_members_initializer>", "/a b/x.js:1:1"),
             ("JS:~get <computed> /a.js:1:1", "get <computed>", "/a.js:1:1"),
-            ("Script:~ /my dir/main.js", "(script)", "/my dir/main.js"),
+            ("Script:~ /my dir/main.js", "(anonymous)", "/my dir/main.js"),
         ];
         for (raw, function, location) in cases {
             let n = parse_js_name(raw);
@@ -826,7 +821,7 @@ mod tests {
         let n = parse_js_name("JS:^get value /app/x.js:9:3");
         assert_eq!((n.function.as_str(), n.location.as_str(), n.tier), ("get value", "/app/x.js:9:3", Some('^')));
         let n = parse_js_name("Script:~ /app/main.js");
-        assert_eq!(n.display, "(script) (/app/main.js)");
+        assert_eq!(n.display, "(anonymous) (/app/main.js)", "as V8's profiles name a script's top level");
         let n = parse_js_name("JS:+Foo.bar node:internal/x:10:5");
         assert_eq!((n.display.as_str(), n.tier), ("Foo.bar (node:internal/x:10:5)", Some('+')));
         let n = parse_js_name("JS:o+f /app/x.js:4:11");

@@ -13,8 +13,9 @@ const DEPTH = 200
 const MAX_TRIES = 3
 let tries = 0
 
-function deep(n, learn) {
-  return n > 0 ? deep(n - 1, learn) : learn()
+// Named for what it is: a profile that catches it shows machsampler at work.
+function machsamplerLearnsFrameLayout(n, learn) {
+  return n > 0 ? machsamplerLearnsFrameLayout(n - 1, learn) : learn()
 }
 
 /** Learns the layout once JS names are on; never throws. */
@@ -24,7 +25,7 @@ function learnFrameLayout(binding, options) {
     // A getter may answer differently from when start() read it.
     if (options != null && typeof options === 'object' && options.jsNames === false) return
     tries++
-    if (deep(DEPTH, binding.learnJsFrameLayout)) tries = MAX_TRIES
+    if (machsamplerLearnsFrameLayout(DEPTH, binding.learnJsFrameLayout)) tries = MAX_TRIES
   } catch {
     // Out of stack in a deeply nested caller, or a throwing getter:
     // sampling learns the layout instead.

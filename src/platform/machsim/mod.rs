@@ -242,6 +242,68 @@ pub unsafe fn mach_wait_until(deadline: u64) -> kern_return_t {
     }
 }
 
+// ----- task_info --------------------------------------------------------------
+
+pub const TASK_DYLD_INFO: c_uint = 17;
+pub const TASK_DYLD_INFO_COUNT: mach_msg_type_number_t = 5;
+
+#[repr(C, packed(4))]
+#[derive(Clone, Copy, Default)]
+pub struct task_dyld_info {
+    pub all_image_info_addr: u64,
+    pub all_image_info_size: u64,
+    pub all_image_info_format: c_int,
+}
+
+/// The Mach-O image a test puts where dyld's own image would be (Linux has
+/// no dyld: its loader, ld.so, is in the simulated image list already).
+/// Unset, `TASK_DYLD_INFO` fails, as it never does on a Mac.
+pub static DYLD_ITSELF: std::sync::Mutex<Option<&'static [u8]>> = std::sync::Mutex::new(None);
+
+/// `dyld_all_image_infos` as far as the backend reads it: version 2 and
+/// later keep dyld's load address at byte 32.
+#[repr(C)]
+struct AllImageInfos {
+    version: u32,
+    count: u32,
+    info_array: u64,
+    notification: u64,
+    flags: [u8; 8],
+    dyld_image_load_address: u64,
+}
+
+pub unsafe fn task_info(
+    task: mach_port_t,
+    flavor: c_uint,
+    out: *mut c_int,
+    count: *mut mach_msg_type_number_t,
+) -> kern_return_t {
+    let Some(image) = *DYLD_ITSELF.lock().unwrap_or_else(|e| e.into_inner()) else { return KERN_FAILURE };
+    // SAFETY: the caller passes a count it may read and write.
+    if task != kernel::TASK_NAME || flavor != TASK_DYLD_INFO || unsafe { *count } < TASK_DYLD_INFO_COUNT {
+        return KERN_INVALID_ARGUMENT;
+    }
+    let infos = Box::leak(Box::new(AllImageInfos {
+        version: 15,
+        count: 0,
+        info_array: 0,
+        notification: 0,
+        flags: [0; 8],
+        dyld_image_load_address: image.as_ptr() as u64,
+    }));
+    let info = task_dyld_info {
+        all_image_info_addr: infos as *const AllImageInfos as u64,
+        all_image_info_size: std::mem::size_of::<AllImageInfos>() as u64,
+        all_image_info_format: 1,
+    };
+    // SAFETY: the caller's buffer holds TASK_DYLD_INFO_COUNT words.
+    unsafe {
+        (out as *mut task_dyld_info).write_unaligned(info);
+        *count = TASK_DYLD_INFO_COUNT;
+    }
+    KERN_SUCCESS
+}
+
 // ----- ports ----------------------------------------------------------------
 
 pub unsafe fn mach_task_self() -> mach_port_t {

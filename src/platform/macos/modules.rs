@@ -5,7 +5,11 @@
 //! build id is its LC_UUID. The load commands are read from the mapped
 //! header, so no file is opened.
 
-use super::sys::{_dyld_get_image_header, _dyld_get_image_name, _dyld_get_image_vmaddr_slide, _dyld_image_count};
+use super::sys::{
+    _dyld_get_image_header, _dyld_get_image_name, _dyld_get_image_vmaddr_slide, _dyld_image_count,
+    mach_msg_type_number_t, mach_task_self, task_dyld_info, task_info, KERN_SUCCESS, TASK_DYLD_INFO,
+    TASK_DYLD_INFO_COUNT,
+};
 use crate::platform::mach::macho::{macho_commands_len, parse_macho, MACH_HEADER_64_SIZE};
 use crate::platform::Module;
 
@@ -24,10 +28,44 @@ pub struct Image<'a> {
     pub slide: u64,
 }
 
+/// Where `dyld_all_image_infos` (version 2 and later) keeps dyld's own
+/// load address, on 64-bit: after version, count, two pointers and two
+/// bools, aligned.
+const DYLD_LOAD_ADDRESS_AT: usize = 32;
+
+/// dyld's own Mach-O header: dyld does not list itself among the images,
+/// yet the main thread starts in it (`start`) and `dlopen` runs in it.
+fn dyld_header() -> Option<*const u8> {
+    let mut info = task_dyld_info::default();
+    let mut count: mach_msg_type_number_t = TASK_DYLD_INFO_COUNT;
+    // SAFETY: `info` has room for TASK_DYLD_INFO_COUNT words.
+    let kr =
+        unsafe { task_info(mach_task_self(), TASK_DYLD_INFO, (&mut info as *mut task_dyld_info).cast(), &mut count) };
+    let (addr, size) = (info.all_image_info_addr, info.all_image_info_size);
+    if kr != KERN_SUCCESS || addr == 0 || size < (DYLD_LOAD_ADDRESS_AT + 8) as u64 {
+        return None;
+    }
+    // SAFETY: dyld's `dyld_all_image_infos` is mapped for the life of the
+    // process, and at least `size` bytes long (checked above).
+    let (version, load) = unsafe {
+        let p = addr as *const u8;
+        ((p as *const u32).read_unaligned(), (p.add(DYLD_LOAD_ADDRESS_AT) as *const u64).read_unaligned())
+    };
+    (version >= 2 && load != 0).then_some(load as *const u8)
+}
+
+/// dyld's slide: where its header is mapped minus where its lowest segment
+/// (`__TEXT`, holding the header) asks to be.
+pub(crate) fn slide_of_header_at(load_address: u64, commands: &[u8]) -> Option<u64> {
+    Some(load_address.wrapping_sub(parse_macho(commands)?.start))
+}
+
 /// Calls `f` for every loaded image, in dyld's order (the executable
-/// first). Images unloaded meanwhile, or with a header that is not a
-/// 64-bit Mach-O, are left out.
+/// first), then dyld itself. Images unloaded meanwhile, or with a header
+/// that is not a 64-bit Mach-O, are left out.
 pub fn for_each_image(mut f: impl FnMut(Image<'_>)) {
+    let dyld = dyld_header();
+    let mut dyld_listed = false;
     // SAFETY: reads dyld's image count.
     let count = unsafe { _dyld_image_count() };
     for i in 0..count {
@@ -48,8 +86,18 @@ pub fn for_each_image(mut f: impl FnMut(Image<'_>)) {
         // SAFETY: dyld's image names are NUL-terminated and live as long as
         // the image.
         let path = unsafe { std::ffi::CStr::from_ptr(name) };
+        dyld_listed |= dyld == Some(header as *const u8);
         f(Image { header: header.cast(), commands, path, slide: slide as u64 });
     }
+    let Some(header) = dyld.filter(|_| !dyld_listed) else { return };
+    // SAFETY: dyld's header is mapped for the life of the process; the
+    // 64-bit header is 32 bytes.
+    let head = unsafe { std::slice::from_raw_parts(header, MACH_HEADER_64_SIZE) };
+    let Some(len) = macho_commands_len(head) else { return };
+    // SAFETY: the load commands follow the header in dyld's __TEXT.
+    let commands = unsafe { std::slice::from_raw_parts(header, len) };
+    let Some(slide) = slide_of_header_at(header as u64, commands) else { return };
+    f(Image { header: header.cast(), commands, path: c"/usr/lib/dyld", slide });
 }
 
 /// Every loaded image, in dyld's order (the executable first).

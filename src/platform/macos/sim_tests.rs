@@ -733,3 +733,21 @@ fn an_exit_log_that_overflowed_skips_live_threads_without_forgetting_them() {
     b.finish();
     assert_audit_clean();
 }
+
+#[test]
+fn dyld_itself_is_listed_at_its_slide() {
+    let _g = serial();
+    assert!(crate::platform::loaded_modules().iter().all(|m| m.path != "/usr/lib/dyld"), "no loader described");
+    // A real Mach-O image where dyld's would be.
+    let bytes = std::fs::read(crate::symbols::test_fixtures::fixture("macho/zig-x86_64/full/libfx.dylib")).unwrap();
+    let image: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    *machsim::DYLD_ITSELF.lock().unwrap() = Some(image);
+    let modules = crate::platform::loaded_modules();
+    *machsim::DYLD_ITSELF.lock().unwrap() = None;
+    let dyld = modules.iter().find(|m| m.path == "/usr/lib/dyld").expect("dyld is listed");
+    let text = crate::platform::mach::macho::parse_macho(image).unwrap();
+    assert_eq!((dyld.start, dyld.bias), (image.as_ptr() as u64, (image.as_ptr() as u64).wrapping_sub(text.start)));
+    assert_eq!(dyld.end - dyld.start, text.end - text.start);
+    assert_eq!(dyld.build_id.len(), 32, "its LC_UUID");
+    assert_eq!(modules.iter().filter(|m| m.path == "/usr/lib/dyld").count(), 1);
+}

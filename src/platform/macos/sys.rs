@@ -28,7 +28,8 @@ mod imp {
     pub use mach2::structs::arm_thread_state64_t;
     #[cfg(target_arch = "x86_64")]
     pub use mach2::structs::x86_thread_state64_t;
-    pub use mach2::task::task_threads;
+    pub use mach2::task::{task_info, task_threads};
+    pub use mach2::task_info::{task_dyld_info, TASK_DYLD_INFO, TASK_DYLD_INFO_COUNT};
     pub use mach2::thread_act::{thread_get_state, thread_resume, thread_suspend};
     pub use mach2::thread_status::thread_state_t;
     #[cfg(target_arch = "x86_64")]

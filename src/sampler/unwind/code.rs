@@ -53,7 +53,11 @@ enum Coverage {
     None,
     /// ELF `.eh_frame_hdr` and `.eh_frame`, at these process addresses.
     EhFrame { hdr: ImageBytes, hdr_avma: u64, frame: ImageBytes, frame_avma: u64 },
-    /// Mach-O `__unwind_info` (every function the linker saw has an entry).
+    /// Mach-O `__unwind_info`, its function offsets from the image's
+    /// header at `base_avma`. An entry whose encoding is 0 says "no
+    /// information" (hand-written assembly): not covered.
+    UnwindInfo { data: ImageBytes, base_avma: u64 },
+    /// `.eh_frame` without a search table, or `.debug_frame`.
     Whole,
 }
 
@@ -62,7 +66,9 @@ impl ModuleEntry {
         let s = &m.sections;
         let bias = m.base_avma.wrapping_sub(s.base_svma);
         let cover = match (&s.eh_frame_hdr, &s.eh_frame_hdr_svma, &s.eh_frame, &s.eh_frame_svma) {
-            _ if s.unwind_info.is_some() => Coverage::Whole,
+            _ if s.unwind_info.is_some() => {
+                Coverage::UnwindInfo { data: s.unwind_info.unwrap_or_default(), base_avma: m.base_avma }
+            }
             (Some(hdr), Some(hdr_svma), Some(frame), Some(frame_svma)) => Coverage::EhFrame {
                 hdr,
                 hdr_avma: hdr_svma.start.wrapping_add(bias),
@@ -94,6 +100,11 @@ impl ModuleEntry {
         match self.cover {
             Coverage::None => false,
             Coverage::Whole => true,
+            Coverage::UnwindInfo { data, base_avma } => {
+                let Ok(offset) = u32::try_from(addr.wrapping_sub(base_avma)) else { return false };
+                let found = macho_unwind_info::UnwindInfo::parse(data).and_then(|info| info.lookup(offset));
+                matches!(found, Ok(Some(f)) if f.opcode != 0)
+            }
             Coverage::EhFrame { hdr, hdr_avma, frame, frame_avma } => {
                 let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_avma).set_eh_frame(frame_avma);
                 let Ok(parsed) = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else { return false };
@@ -248,6 +259,49 @@ impl CodeMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Mach-O `__unwind_info` with one regular second-level page: each
+    /// function's offset from the image's header and its encoding.
+    fn unwind_info(functions: &[(u32, u32)]) -> &'static [u8] {
+        let mut v = Vec::new();
+        let w = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&x.to_le_bytes());
+        // Header: version, no common encodings, no personalities, the index
+        // at 28, two index entries (the last is the end sentinel).
+        for x in [1, 28, 0, 28, 0, 28, 2] {
+            w(&mut v, x);
+        }
+        let page = 28 + 2 * 12;
+        let end = functions.last().map_or(0, |f| f.0) + 0x100;
+        for (offset, second) in [(functions[0].0, page), (end, 0)] {
+            for x in [offset, second, 0] {
+                w(&mut v, x);
+            }
+        }
+        // Regular page: kind 2, then u16 entries offset 8 and u16 count.
+        w(&mut v, 2);
+        w(&mut v, 8 | ((functions.len() as u32) << 16));
+        for &(offset, encoding) in functions {
+            w(&mut v, offset);
+            w(&mut v, encoding);
+        }
+        Box::leak(v.into_boxed_slice())
+    }
+
+    #[test]
+    fn mach_o_code_with_encoding_zero_has_no_unwind_information() {
+        // Frame-based (x86_64 RBP frame, arm64 FRAME) at 0x1000, "none" at
+        // 0x2000 (hand-written assembly), frame-based again at 0x3000.
+        let info = unwind_info(&[(0x1000, 0x0100_0000), (0x2000, 0), (0x3000, 0x0400_0000)]);
+        let base = 0x1_0000_0000u64;
+        let sections = ExplicitModuleSectionInfo { unwind_info: Some(info), ..Default::default() };
+        let mut m = CodeModule { name: "lib".into(), text: base..base + 0x4000, base_avma: base, sections, pin: None };
+        let e = ModuleEntry::new(&mut m);
+        assert!(e.has_cfi(base + 0x1010));
+        assert!(!e.has_cfi(base + 0x2010), "encoding 0: no information");
+        assert!(e.has_cfi(base + 0x3010));
+        assert!(!e.has_cfi(base + 0x10), "before the first function");
+        assert!(!e.has_cfi(base.wrapping_sub(8)) && !e.has_cfi(base + (1 << 33)), "outside the image");
+    }
 
     #[test]
     fn range_set_merges_and_finds() {

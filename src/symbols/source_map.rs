@@ -138,6 +138,11 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A script inside an installed package (`…/node_modules/…`).
+fn is_installed_package(script: &Path) -> bool {
+    script.components().any(|c| c.as_os_str() == "node_modules")
+}
+
 /// Removes `.` and `..` components without touching the file system.
 fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -371,6 +376,10 @@ impl SourceMaps {
                 None => load_compiled(url, &p),
             }) {
                 Ok(m) => m,
+                // A package that names a map it does not ship (common in
+                // node_modules, npm's own included): nothing the user can
+                // act on, so nothing is said.
+                Err(e) if is_installed_package(&p) && e.contains("No such file") => None,
                 Err(e) => {
                     warn(format!("{e}; functions of {url} are shown at their compiled positions"));
                     None
@@ -588,6 +597,15 @@ mod tests {
             assert_eq!(w.len(), 1, "{script:?}: {w:?}");
             assert!(w[0].contains("compiled positions"), "{w:?}");
         }
+        // A package that names a map it does not ship: silent; a broken
+        // one still warns.
+        let pkg = dir.join("node_modules/pkg");
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::copy(&missing, pkg.join("missing.js")).unwrap();
+        std::fs::copy(&broken, pkg.join("broken.js")).unwrap();
+        std::fs::copy(dir.join("broken.js.map"), pkg.join("broken.js.map")).unwrap();
+        assert_eq!(map_all(&format!("JS:*f {}:1:11", pkg.join("missing.js").display())).1.len(), 0);
+        assert_eq!(map_all(&format!("JS:*f {}:1:11", pkg.join("broken.js").display())).1.len(), 1);
         // No script on disk (an ES module evaluated from a string): silent.
         let eval = format!("JS:*f file://{}/[eval1]:1:11", dir.display());
         let (f, w) = map_all(&eval);

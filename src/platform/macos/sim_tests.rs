@@ -594,9 +594,9 @@ fn stacks_through_code_without_frame_pointers_reach_the_thread_s_first_frame() {
     assert_audit_clean();
 }
 
-/// Requests `n` captures of the thread `b` runs, 2 ms apart; returns each
-/// one's bytes copied, end and depth.
-fn capture_repeatedly(b: &Busy, n: usize) -> Vec<(u32, StackEnd, usize)> {
+/// A backend outside a session that has listed the threads, and the entry
+/// of the thread `b` runs.
+fn backend_with(b: &Busy) -> (MachBackend, crate::sampler::registry::ThreadRegistry, ThreadEntry) {
     let tid = b.tid.load(Ordering::SeqCst);
     let mut backend = MachBackend::new().unwrap();
     let registry = crate::sampler::registry::ThreadRegistry::new();
@@ -604,6 +604,13 @@ fn capture_repeatedly(b: &Busy, n: usize) -> Vec<(u32, StackEnd, usize)> {
     let mut entries = Vec::new();
     registry.snapshot(&mut entries);
     let entry = entries.iter().find(|e| e.tid == tid).copied().expect("the busy thread");
+    (backend, registry, entry)
+}
+
+/// Requests `n` captures of the thread `b` runs, 2 ms apart; returns each
+/// one's bytes copied, end and depth.
+fn capture_repeatedly(b: &Busy, n: usize) -> Vec<(u32, StackEnd, usize)> {
+    let (mut backend, _registry, entry) = backend_with(b);
     let cfg = CaptureConfig { max_depth: 128, native_unwinding: true };
     let mut seen = Vec::new();
     for _ in 0..n {
@@ -705,13 +712,7 @@ fn the_module_list_comes_from_dyld() {
 fn an_exit_log_that_overflowed_skips_live_threads_without_forgetting_them() {
     let _g = serial();
     let b = busy();
-    let tid = b.tid.load(Ordering::SeqCst);
-    let mut backend = MachBackend::new().unwrap();
-    let registry = crate::sampler::registry::ThreadRegistry::new();
-    backend.refresh_threads(&registry, true);
-    let mut entries = Vec::new();
-    registry.snapshot(&mut entries);
-    let entry = entries.iter().find(|e| e.tid == tid).copied().expect("the busy thread");
+    let (mut backend, registry, entry) = backend_with(&b);
     let cfg = CaptureConfig { max_depth: 128, native_unwinding: true };
     let request = |backend: &mut MachBackend| {
         let mut got = None;
@@ -731,8 +732,9 @@ fn an_exit_log_that_overflowed_skips_live_threads_without_forgetting_them() {
     assert_eq!(request(&mut backend), Some(SkipReason::Pending));
     // A refresh that is not a full listing keeps it, and it is sampled.
     backend.refresh_threads(&registry, false);
+    let mut entries = Vec::new();
     registry.snapshot(&mut entries);
-    assert!(entries.iter().any(|e| e.tid == tid), "the thread was forgotten");
+    assert!(entries.iter().any(|e| e.tid == entry.tid), "the thread was forgotten");
     assert_eq!(request(&mut backend), None);
     b.finish();
     assert_audit_clean();

@@ -19,18 +19,11 @@ const COMMENT = /^\s*\/\/[#@]\s*sourceMappingURL=(data:\S+)\s*$/
 /** Hooks the compiling functions once per thread, whatever loads it. */
 function install(binding) {
   if (typeof binding.noteSourceMap !== 'function') return
-  const seen = (code, filename) => {
-    try {
-      note(binding, code, filename)
-    } catch {
-      // Names at compiled positions: never a failed compile.
-    }
-  }
   const Module = require('module')
-  wrap(Module.prototype, '_compile', (args) => seen(args[0], args[1]))
+  wrap(Module.prototype, '_compile', (args) => note(binding, args[0], args[1]))
   const vm = require('vm')
   // (code, filename) or (code, { filename }).
-  const named = (args, at) => seen(args[0], typeof args[at] === 'string' ? args[at] : args[at] && args[at].filename)
+  const named = (args, at) => note(binding, args[0], typeof args[at] === 'string' ? args[at] : args[at] && args[at].filename)
   wrap(vm, 'runInThisContext', (args) => named(args, 1))
   wrap(vm, 'runInContext', (args) => named(args, 2))
   wrap(vm, 'runInNewContext', (args) => named(args, 2))
@@ -40,7 +33,7 @@ function install(binding) {
   if (typeof Script === 'function' && !Script[HOOKED]) {
     vm.Script = new Proxy(Script, {
       construct(target, args, newTarget) {
-        named(args, 1)
+        quietly(() => named(args, 1))
         return Reflect.construct(target, args, newTarget)
       },
       get(target, key, receiver) {
@@ -50,13 +43,23 @@ function install(binding) {
   }
 }
 
+/** Runs `f`; what it throws (an options getter, a bad map) is dropped. */
+function quietly(f) {
+  try {
+    f()
+  } catch {
+    // Names at compiled positions: never a failed compile.
+  }
+}
+
 /** Replaces `owner[key]` by a function that calls `look(args)` first. */
 function wrap(owner, key, look) {
   const original = owner[key]
   if (typeof original !== 'function' || original[HOOKED]) return
-  // Its name is what profiles show for this frame.
+  // By this name the naming of JavaScript frames leaves this frame out of
+  // stacks (src/v8/resolve.rs): the program runs the same without it.
   const machsamplerNotesSourceMap = function (...args) {
-    look(args)
+    quietly(() => look(args))
     return Reflect.apply(original, this, args)
   }
   Object.defineProperty(machsamplerNotesSourceMap, HOOKED, { value: true })

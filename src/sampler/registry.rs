@@ -39,6 +39,11 @@ impl ThreadName {
             *dst = b;
             len += 1;
         }
+        // A process title cut to the OS's length may end in spaces
+        // (`npm exec mocha `): they are no part of the name.
+        while len > 0 && name.bytes[len - 1] == b' ' {
+            len -= 1;
+        }
         name.len = len as u8;
         name
     }
@@ -415,6 +420,8 @@ mod tests {
     fn names_are_truncated_not_overflowed() {
         let long = [b'x'; 200];
         assert_eq!(ThreadName::from_bytes(&long).as_bytes().len(), THREAD_NAME_MAX);
+        assert_eq!(ThreadName::from_bytes(b"npm exec mocha \n").as_bytes(), b"npm exec mocha");
+        assert_eq!(ThreadName::from_bytes(b"   ").as_bytes(), b"");
     }
 
     #[test]

@@ -355,8 +355,16 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(during.contains(&tid) && !before.contains(&tid));
         tx.send(()).unwrap();
         t.join().unwrap();
+        // join returns once the kernel cleared the thread's tid; its task
+        // entry may stay listed a moment longer, until it is reaped.
         let mut after = Vec::new();
-        list.list(&mut after).unwrap();
+        for _ in 0..200 {
+            list.list(&mut after).unwrap();
+            if !after.contains(&tid) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(!after.contains(&tid));
     }
 

@@ -203,9 +203,10 @@ export interface ModuleInfo {
 export declare function notedSourceMaps(): Array<[string, string]>
 
 /**
- * For the module loader hook (lib/compiled-maps.js): the source map of a
- * script compiled from text that is not its file's (TypeScript
- * transpiled in memory), used by this process's symbolizations.
+ * For the module loader hook (lib/compiled-maps.js): the inline source
+ * map (`data:` URL) of a script compiled from text that is not its file's
+ * (TypeScript transpiled in memory), used by this process's
+ * symbolizations.
  */
 export declare function noteSourceMap(script: string, map: string): void
 

@@ -135,8 +135,12 @@ function watchChildren(sessionDir) {
     cp[name] = function (...args) {
       // (file, [args], options) or (command, options): an options object
       // with an environment of its own keeps the preload.
-      const at = args.findIndex((a, i) => i > 0 && a && typeof a === 'object' && !Array.isArray(a) && a.env)
-      if (at > 0) args[at] = { ...args[at], env: env.withPreload(args[at].env, own) }
+      try {
+        const at = args.findIndex((a, i) => i > 0 && a && typeof a === 'object' && !Array.isArray(a) && a.env)
+        if (at > 0) args[at] = { ...args[at], env: env.withPreload(args[at].env, own) }
+      } catch {
+        // The child starts as the program asked, unprofiled.
+      }
       const from = Date.now()
       let pid = null
       let returned = false

@@ -142,9 +142,10 @@ pub fn symbolicate<'env>(
     JsSymbolTable::from_symbols(env, &symbols).map_err(napi_fail)
 }
 
-/// For the module loader hook (lib/compiled-maps.js): the source map of a
-/// script compiled from text that is not its file's (TypeScript
-/// transpiled in memory), used by this process's symbolizations.
+/// For the module loader hook (lib/compiled-maps.js): the inline source
+/// map (`data:` URL) of a script compiled from text that is not its file's
+/// (TypeScript transpiled in memory), used by this process's
+/// symbolizations.
 #[napi(js_name = "noteSourceMap")]
 pub fn note_source_map(script: String, map: String) -> Result<(), &'static str> {
     crate::symbols::source_map::note_compiled(&script, &map).map_err(einval)

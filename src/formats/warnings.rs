@@ -71,10 +71,9 @@ pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
 /// included, are missing, and totals of callers above the cut are low.
 pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
     let mut out = deeper_than_copied(profile);
-    let (cut, all) = (profile.stats.truncated_stacks, profile.stats.samples_captured);
-    if cut == 0 || (cut as f64) < MIN_SHARE * all as f64 {
+    let Some(percent) = share_worth_saying(profile.stats.truncated_stacks, profile.stats.samples_captured) else {
         return out;
-    }
+    };
     // The limit the session had: its deepest stack.
     let mut depth = vec![0u32; profile.stack_parent.len()];
     for s in 0..depth.len() {
@@ -83,12 +82,16 @@ pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
     }
     let limit = depth.iter().copied().max().unwrap_or(0);
     out.push(format!(
-        "{:.1}% of stacks were cut at the depth limit ({limit} frames): their outer frames, the thread's \
+        "{percent:.1}% of stacks were cut at the depth limit ({limit} frames): their outer frames, the thread's \
          entry point included, are missing, and their callers' totals are too low. Record again with a \
-         larger --depth (maxStackDepth, up to 1024).",
-        100.0 * cut as f64 / all.max(1) as f64
+         larger --depth (maxStackDepth, up to 1024)."
     ));
     out
+}
+
+/// The percentage `cut` is of `all` samples, if more than [`MIN_SHARE`].
+fn share_worth_saying(cut: u64, all: u64) -> Option<f64> {
+    (cut > 0 && cut as f64 >= MIN_SHARE * all as f64).then(|| 100.0 * cut as f64 / all.max(1) as f64)
 }
 
 /// One warning if more than [`MIN_SHARE`] of the samples had stacks deeper
@@ -96,15 +99,13 @@ pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
 /// only frame records, and a frame of code without frame pointers there
 /// (the runtime's C++ under deep JavaScript) ends the stack.
 fn deeper_than_copied(profile: &ProfileData) -> Vec<String> {
-    let (cut, all) = (profile.stats.ended_truncated_copy, profile.stats.samples_captured);
-    if cut == 0 || (cut as f64) < MIN_SHARE * all as f64 {
+    let Some(percent) = share_worth_saying(profile.stats.ended_truncated_copy, profile.stats.samples_captured) else {
         return Vec::new();
-    }
+    };
     vec![format!(
-        "{:.1}% of stacks were deeper than the sampler could follow (past the 48 KiB of stack it copies, \
+        "{percent:.1}% of stacks were deeper than the sampler could follow (past the 48 KiB of stack it copies, \
          through code without frame pointers): their outer frames, the thread's entry point included, are \
-         missing, and their callers' totals are too low.",
-        100.0 * cut as f64 / all.max(1) as f64
+         missing, and their callers' totals are too low."
     )]
 }
 

@@ -50,8 +50,8 @@ pub struct ScriptMap {
 const NAME_LOOKBACK: usize = 12;
 
 /// Maps of scripts compiled from text that is not their file's (a
-/// TypeScript or JSX loader transpiling in memory): script path -> the map
-/// (a `data:` URL or the map's JSON), as the program's loader gave it.
+/// TypeScript or JSX loader transpiling in memory): script path -> the
+/// map's `data:` URL, as the program's loader inlined it.
 type Compiled = Mutex<Noted>;
 
 #[derive(Default)]
@@ -69,8 +69,8 @@ fn compiled() -> &'static Compiled {
 /// symbolization in this process. Used when the script's file names no
 /// map of its own. A map noted again for the same script replaces it.
 pub fn note_compiled(script: &str, map: &str) -> Result<(), String> {
-    if script.is_empty() || map.len() as u64 > MAX_MAP_BYTES {
-        return Err(format!("a source map needs a script path and at most {} MiB", MAX_MAP_BYTES >> 20));
+    if script.is_empty() || !map.starts_with("data:") || map.len() as u64 > MAX_MAP_BYTES {
+        return Err(format!("a source map needs a script path and a data: URL of at most {} MiB", MAX_MAP_BYTES >> 20));
     }
     let mut noted = compiled().lock().unwrap_or_else(|e| e.into_inner());
     let replaced = noted.maps.get(script).map_or(0, |m| m.len());
@@ -94,11 +94,7 @@ fn load_compiled(url: &str, path: &Path) -> Loaded {
     let Some(text) = compiled().lock().unwrap_or_else(|e| e.into_inner()).maps.get(url).cloned() else {
         return Ok(None);
     };
-    let map = if text.starts_with("data:") {
-        decode_inline(&text)?
-    } else {
-        decode(text.as_bytes()).map_err(|e| format!("source map of {url}: {e}"))?
-    };
+    let map = decode_inline(&text)?;
     let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
     // The compiled text is not kept: names come from V8 and the map.
     Ok(Some(Arc::new(ScriptMap { map, dir, script: sourcemap::SourceView::from_string(String::new()) })))
@@ -490,7 +486,7 @@ mod tests {
         let (f, w) = map_all(&raw);
         assert!(w.is_empty(), "{w:?}");
         assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), ts_line_of(&ts, "function fibonacci")));
-        assert!(note_compiled("", "{}").is_err());
+        assert!(note_compiled("", "data:,{}").is_err() && note_compiled("/a.ts", "{}").is_err());
     }
 
     #[test]

@@ -310,7 +310,6 @@ impl V8JsFrames {
     }
 }
 
-/// True if `addr` is in V8's builtins (either copy).
 /// Below this no heap object lives (Linux maps nothing below 64 KiB; macOS
 /// reserves the first 4 GiB).
 const LOWEST_HEAP_ADDRESS: u64 = 1 << 16;
@@ -321,6 +320,7 @@ fn could_be_heap(modules: &mut ModuleImages, ranges: &V8Ranges, addr: u64) -> bo
     addr >= LOWEST_HEAP_ADDRESS && !in_builtins(ranges, addr) && !ranges.code.contains(addr) && !modules.contains(addr)
 }
 
+/// True if `addr` is in V8's builtins (either copy).
 fn in_builtins(ranges: &V8Ranges, addr: u64) -> bool {
     ranges.embedded.contains(addr) || ranges.embedded_alias.contains(addr)
 }

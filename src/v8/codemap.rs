@@ -382,6 +382,28 @@ impl CodeMap {
         out
     }
 
+    /// True if entries for more than one code object (start, length and
+    /// kind) covered `addr` at some time in `[from, to]`: what was
+    /// inlined at `addr` then depends on when.
+    pub fn several_objects_during(&self, addr: u64, from: u64, to: u64) -> bool {
+        let mut first: Option<(u64, u64, CodeKind)> = None;
+        for (&(s, _), e) in self.entries.range(..=(addr, u64::MAX)).rev() {
+            if addr - s >= self.max_len {
+                break;
+            }
+            if addr - s >= e.len || e.born > to || e.died <= from {
+                continue;
+            }
+            let object = (s, e.len, e.kind);
+            match first {
+                None => first = Some(object),
+                Some(f) if f != object => return true,
+                Some(_) => {}
+            }
+        }
+        false
+    }
+
     /// An interpreted frame stopped at its function's entry (the stack
     /// check of V8's interpreter entry, where interrupts are served) has
     /// V8's entry offset, -1: its bytecode address is one byte before the

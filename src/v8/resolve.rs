@@ -20,7 +20,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::codemap::{parse_js_name, split_js_name, CodeKind, CodeMap};
+use super::codemap::{parse_js_name, split_js_name, CodeKind, CodeMap, Hit};
 use super::inline_log::InlineLog;
 use crate::sampler::backend::TAGGED_FRAME;
 
@@ -114,10 +114,9 @@ fn fate(map: &CodeMap, names: &mut Names, addr: u64, window: (u64, u64)) -> Fate
     }
 }
 
-/// The tagged frames of the functions inlined at return address `addr`,
-/// outermost first; empty if none.
-fn inlined_at(map: &CodeMap, inlines: &InlineLog, names: &mut Names, addr: u64, t: u64) -> Vec<u64> {
-    let Some(hit) = map.lookup(addr, t) else { return Vec::new() };
+/// The tagged frames of the functions inlined at return address `addr`
+/// of the code `hit`, outermost first; empty if none.
+fn inlined_at(inlines: &InlineLog, names: &mut Names, addr: u64, hit: &Hit<'_>) -> Vec<u64> {
     // As V8's log names it: without kind and tier marks.
     let Some((_, _, name)) = split_js_name(hit.raw) else { return Vec::new() };
     if hit.kind == CodeKind::Bytecode {
@@ -154,12 +153,15 @@ pub fn resolve_js_frames(
     }
     names.raw = std::mem::take(js_names);
     names.own = names.raw.iter().map(|r| is_own_wrapper(r)).collect();
-    let fates: Vec<Fate> = cols.frame_address.iter().map(|&a| fate(map, &mut names, a, (lo, hi))).collect();
+    let mut fates: Vec<Fate> = cols.frame_address.iter().map(|&a| fate(map, &mut names, a, (lo, hi))).collect();
     // Callers' frames in code that inlined functions: the inlined
-    // functions' frames.
+    // functions' frames. Where one code object held the address all
+    // session, once per frame; where several did (V8 reused the address,
+    // in another isolate or after the code died), per sample, from the
+    // object of its time.
     let mut inlined: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
+    let mut caller = vec![false; cols.frame_address.len()];
     if !inlines.is_empty() {
-        let mut caller = vec![false; cols.frame_address.len()];
         for &parent in cols.stack_parent.iter() {
             if let Some(&f) = usize::try_from(parent).ok().and_then(|p| cols.stack_frame.get(p)) {
                 if let Some(c) = caller.get_mut(f as usize) {
@@ -167,15 +169,23 @@ pub fn resolve_js_frames(
                 }
             }
         }
-        for (i, (&addr, fate)) in cols.frame_address.iter().zip(&fates).enumerate() {
-            if caller[i] && matches!(*fate, Fate::Fixed(t) if t & TAGGED_FRAME != 0 && addr & TAGGED_FRAME == 0) {
-                let chain = inlined_at(map, inlines, &mut names, addr, hi);
-                if !chain.is_empty() {
-                    inlined.insert(i, chain);
-                }
+        for (i, &addr) in cols.frame_address.iter().enumerate() {
+            let Fate::Fixed(tagged) = fates[i] else { continue };
+            if !caller[i] || tagged & TAGGED_FRAME == 0 || addr & TAGGED_FRAME != 0 {
+                continue;
+            }
+            if map.several_objects_during(addr, lo, hi) {
+                fates[i] = Fate::ByTime;
+                continue;
+            }
+            let chain = map.lookup(addr, hi).map(|hit| inlined_at(inlines, &mut names, addr, &hit)).unwrap_or_default();
+            if !chain.is_empty() {
+                inlined.insert(i, chain);
             }
         }
     }
+    // Per-sample chains, by address and code object.
+    let mut inlined_then: FxHashMap<(u64, u64, u64, &str), Vec<u64>> = FxHashMap::default();
 
     // The new table: frames by address, nodes by (parent, frame).
     let mut frame_of: FxHashMap<u64, u32> = FxHashMap::default();
@@ -254,15 +264,32 @@ pub fn resolve_js_frames(
         for &node in path.iter().rev() {
             let frame = cols.stack_frame[node as usize] as usize;
             let addr = cols.frame_address[frame];
-            let new = match fates[frame] {
-                Fate::Fixed(a) => a,
-                Fate::ByTime => renamed(&mut names, addr, map.lookup(addr, t).map(|h| h.raw)),
+            let (new, chain) = match fates[frame] {
+                Fate::Fixed(a) => (a, split(frame, node as usize, depth)),
+                Fate::ByTime => {
+                    let hit = map.lookup(addr, t);
+                    let new = renamed(&mut names, addr, hit.as_ref().map(|h| h.raw));
+                    let chain = match hit {
+                        Some(hit) if caller[frame] && new & TAGGED_FRAME != 0 => {
+                            let chain = inlined_then
+                                .entry((addr, hit.start, hit.len, hit.raw))
+                                .or_insert_with(|| inlined_at(inlines, &mut names, addr, &hit));
+                            let fits = depth + chain.len() + height[node as usize] <= max_depth;
+                            if fits {
+                                chain.as_slice()
+                            } else {
+                                &[]
+                            }
+                        }
+                        _ => &[],
+                    };
+                    (new, chain)
+                }
             };
             if parent >= 0 && names.is_own(new) {
                 continue;
             }
             parent = intern(parent, new) as i32;
-            let chain = split(frame, node as usize, depth);
             for &f in chain {
                 parent = intern(parent, f) as i32;
             }
@@ -376,6 +403,49 @@ mod tests {
         tagged.sort();
         tagged.dedup();
         assert_eq!(tagged.len(), frames.iter().filter(|a| *a & TAGGED_FRAME != 0).count());
+    }
+
+    #[test]
+    fn inlined_functions_come_from_the_code_of_the_sample_s_time() {
+        // One worker's optimized `outer` at 0x1000 inlined `inner`; after
+        // it ended, the next worker's baseline `outer` took the address.
+        let mut log = InlineLog::default();
+        log.parse(
+            "code-creation,JS,10,1,0x5000,40,inner /a.js:2:1,0xa2,^\n\
+             code-creation,JS,12,2,0x1000,256,outer /a.js:3:1,0xa3,*\n\
+             code-source-info,0x1000,1,0,99,C0O1C16O2I0C48O4,F0O9,S0xa2\n",
+        );
+        log.parse("code-creation,JS,10,1,0x1000,128,outer /a.js:3:1,0xb3,^\n");
+        let mut map = CodeMap::default();
+        map.add(0x1000, 0x100, CodeKind::Jit, "JS:*outer /a.js:3:1", 1, 0);
+        map.retire_isolate(1, 100);
+        map.add(0x1000, 0x80, CodeKind::Jit, "JS:^outer /a.js:3:1", 2, 120);
+        // root <- return address 0x1018 (in inner, in the optimized code)
+        // <- native callee, at t=10 and at t=150.
+        let mut frames = vec![0x9000, 0x1018, 0x9100];
+        let mut stack_frame = vec![0, 1, 2];
+        let mut stack_parent = vec![-1, 0, 1];
+        let mut samples = vec![2, 2];
+        let mut names = Vec::new();
+        let cols =
+            StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
+        resolve_js_frames(&map, cols, &mut samples, &[10, 150], &mut names, &log, usize::MAX);
+        let path = |s: usize| {
+            let mut out = Vec::new();
+            let mut n = samples[s] as i32;
+            while n >= 0 {
+                let a = frames[stack_frame[n as usize] as usize];
+                out.push(match a & TAGGED_FRAME {
+                    0 => format!("{a:#x}"),
+                    _ => parse_js_name(&names[(a & 0xffff_ffff) as usize]).function,
+                });
+                n = stack_parent[n as usize];
+            }
+            out.reverse();
+            out
+        };
+        assert_eq!(path(0), ["0x9000", "outer", "inner", "0x9100"]);
+        assert_eq!(path(1), ["0x9000", "outer", "0x9100"]);
     }
 
     #[test]

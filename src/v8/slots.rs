@@ -83,7 +83,7 @@ impl Layout {
 
     /// The bytecode address this layout gives for a frame's words, as
     /// `GetStackSample` would report it; None if the words are not a heap
-    /// object and a Smi.
+    /// object and a Smi that can be a bytecode offset.
     pub fn bytecode(self, words: &[u64; WORDS]) -> Option<u64> {
         let array = *words.get(self.array as usize)?;
         let offset = *words.get(self.offset as usize)?;
@@ -92,16 +92,27 @@ impl Layout {
         if array & 3 != 1 || offset & 1 != 0 {
             return None;
         }
+        // Stricter than V8's, which knows the frame is interpreted: a
+        // frame of another kind (a bytecode handler's own, which holds
+        // heap pointers and small counts) must not pass. A 64-bit Smi has
+        // an empty low half. Of a 31-bit one V8 reads the low half only.
         let value = match self.smi_shift {
-            32 => (offset as i64) >> 32,
+            32 if offset as u32 == 0 => (offset as i64) >> 32,
+            32 => return None,
             _ => ((offset as u32 as i32) >> 1) as i64,
         };
-        if value < 0 {
+        // The offset counts from the array's start, past its header.
+        if value < MIN_OFFSET {
             return None;
         }
         Some(array.wrapping_add(value as u64))
     }
 }
+
+/// The smallest bytecode offset a frame holds: V8 keeps it from the start
+/// of the BytecodeArray, whose header (map, length, tables, sizes) comes
+/// first; the function-entry position is one byte before the first bytecode.
+const MIN_OFFSET: i64 = 16;
 
 /// The layout learned in this process, if any, or [`FAILED`].
 static LEARNED: AtomicU32 = AtomicU32::new(0);
@@ -243,6 +254,11 @@ mod tests {
         let c = Layout { array: 1, offset: 2, smi_shift: 1 };
         assert_eq!(c.bytecode(&[0, array, 57 << 1, 0]), Some(0x1000_0001 + 57));
         assert_eq!(c.bytecode(&[0, array, (-4i64 << 1) as u64, 0]), None, "negative offset");
+        // A bytecode handler's own frame: a heap pointer beside a small
+        // count, which V8's tag checks alone would take.
+        assert_eq!(l.bytecode(&[array, 2, 0, 0]), None, "low half of a 64-bit Smi set");
+        assert_eq!(l.bytecode(&[array, 3 << 32, 0, 0]), None, "inside the header");
+        assert_eq!(c.bytecode(&[0, array, 2, 0]), None, "inside the header");
     }
 
     #[test]
@@ -267,8 +283,8 @@ mod tests {
         let mut got = None;
         for i in 0..CONFIRMATIONS as u64 {
             // Two interpreted frames; V8 reports only the first.
-            let frames = [[0, array, i << 32, 0], [0, array + 0x100, 5 << 32, 0]];
-            got = l.observe(&frames, &[array + i], &|b| b >= array && b < array + 0x200);
+            let frames = [[0, array, (i + 0x20) << 32, 0], [0, array + 0x100, 0x25 << 32, 0]];
+            got = l.observe(&frames, &[array + i + 0x20], &|b| b >= array && b < array + 0x200);
         }
         assert_eq!(got, Some(Layout { array: 1, offset: 2, smi_shift: 32 }));
     }
@@ -279,9 +295,9 @@ mod tests {
         let mut l = Learner::new();
         let array = 0x2000_0001u64;
         for i in 0..200u64 {
-            let words = [0x77, array, i << 32, 0];
+            let words = [0x77, array, (i + 0x20) << 32, 0];
             // Every fourth frame reports something else.
-            let reported = if i % 4 == 0 { [array + 9999] } else { [array + i] };
+            let reported = if i % 4 == 0 { [array + 9999] } else { [array + i + 0x20] };
             assert_eq!(l.observe(&[words], &reported, &|_| false), None);
         }
     }
@@ -294,8 +310,8 @@ mod tests {
         let mut got = None;
         for i in 0..CONFIRMATIONS as u64 {
             // A 31-bit Smi (shifted by one), upper half sign extension.
-            let words = [array + i * 8, i << 1, 0, 0];
-            got = l.observe(&[words], &[array + i * 8 + i], &|_| false);
+            let words = [array + i * 8, (i + 0x20) << 1, 0, 0];
+            got = l.observe(&[words], &[array + i * 8 + i + 0x20], &|_| false);
         }
         assert_eq!(got, Some(Layout { array: 0, offset: 1, smi_shift: 1 }));
     }
@@ -310,7 +326,7 @@ mod tests {
         let mut i = 0u64;
         while !failed() {
             // Words that decode to something, never what V8 reported.
-            let words = [array, (i % 7) << 32, array, (i % 5) << 32];
+            let words = [array, (i % 7 + 0x20) << 32, array, (i % 5 + 0x20) << 32];
             assert_eq!(l.observe(&[words], &[array + 100 + i], &|_| true), None);
             i += 1;
             assert!(i <= GIVE_UP_AFTER as u64, "never gave up");
@@ -321,9 +337,9 @@ mod tests {
         let mut out = Vec::new();
         words_below(&[0x1000 + 56], |a| copy.read(a), &mut out);
         assert_eq!(out, [[0; WORDS]]);
-        let words = [0, array, 3 << 32, 0];
+        let words = [0, array, 0x23 << 32, 0];
         for _ in 0..CONFIRMATIONS {
-            l.observe(&[words], &[array + 3], &|_| false);
+            l.observe(&[words], &[array + 0x23], &|_| false);
         }
         assert!(failed());
     }
@@ -339,8 +355,8 @@ mod tests {
         assert_eq!(l.observe(&[[0x77, 0x1234, 3, 0]], &[array], &never), None);
         for i in 0..CONFIRMATIONS as u64 {
             // Words: [junk, array, offset(Smi i), junk]: layout (1, 2, 32).
-            let words = [0x77, array + i * 8, i << 32, 0x99 << 32];
-            let reported = [array + i * 8 + i];
+            let words = [0x77, array + i * 8, (i + 0x20) << 32, 0x99 << 32];
+            let reported = [array + i * 8 + i + 0x20];
             let got = l.observe(&[words], &reported, &never);
             if i + 1 < CONFIRMATIONS as u64 {
                 assert_eq!(got, None);

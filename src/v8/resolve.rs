@@ -161,6 +161,8 @@ pub fn resolve_js_frames(
     // object of its time.
     let mut inlined: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
     let mut caller = vec![false; cols.frame_address.len()];
+    // Frames named once whose inlined functions are taken per sample.
+    let mut pinned: FxHashMap<usize, u64> = FxHashMap::default();
     if !inlines.is_empty() {
         for &parent in cols.stack_parent.iter() {
             if let Some(&f) = usize::try_from(parent).ok().and_then(|p| cols.stack_frame.get(p)) {
@@ -176,6 +178,7 @@ pub fn resolve_js_frames(
             }
             if map.several_objects_during(addr, lo, hi) {
                 fates[i] = Fate::ByTime;
+                pinned.insert(i, tagged);
                 continue;
             }
             let chain = map.lookup(addr, hi).map(|hit| inlined_at(inlines, &mut names, addr, &hit)).unwrap_or_default();
@@ -268,9 +271,13 @@ pub fn resolve_js_frames(
                 Fate::Fixed(a) => (a, split(frame, node as usize, depth)),
                 Fate::ByTime => {
                     let hit = map.lookup(addr, t);
-                    let new = renamed(&mut names, addr, hit.as_ref().map(|h| h.raw));
+                    let by_hit = renamed(&mut names, addr, hit.as_ref().map(|h| h.raw));
+                    // A pinned frame keeps its name; its inlined functions
+                    // come from the code of the sample's time if that is
+                    // its function's (not the nearest entry of another).
+                    let new = pinned.get(&frame).copied().unwrap_or(by_hit);
                     let chain = match hit {
-                        Some(hit) if caller[frame] && new & TAGGED_FRAME != 0 => {
+                        Some(hit) if caller[frame] && new & TAGGED_FRAME != 0 && new == by_hit => {
                             let chain = inlined_then
                                 .entry((addr, hit.start, hit.len, hit.raw))
                                 .or_insert_with(|| inlined_at(inlines, &mut names, addr, &hit));

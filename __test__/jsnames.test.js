@@ -320,6 +320,40 @@ describeLinux('names from the first samples', () => {
   }, 120000)
 })
 
+// Functions of scripts without a name (eval, new Function, vm code
+// compiled without a filename): V8 names them with an empty URL, so two
+// scripts' functions at the same place would be one row. Each script's id
+// becomes its URL (`VM<id>`, as Chrome's DevTools show such scripts).
+describeLinux('evaluated scripts', () => {
+  const h = require('./fixtures/cli-helpers')
+  const ms = require('..')
+
+  test.each(MAJORS)('Node %i: same-place functions of two evaluated scripts are two rows, each with its time', (major) => {
+    const node = fetchNode(major)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-eval-'))
+    try {
+      const out = path.join(dir, 'p.machprof')
+      const r = h.cli(['record', '-q', '-o', out, '--', node, path.join(__dirname, 'fixtures', 'eval-twins.js'), '1500'])
+      expect(r.status).toBe(0)
+      const p = ms.loadProfile(out)
+      const { name } = p.symbols.functions
+      const self = new Map()
+      for (let i = 0; i < p.samples.stack.length; i++) {
+        const n = name[p.symbols.frameFunction[p.stacks.frame[p.samples.stack[i]]]]
+        if (/^work \(/.test(n)) self.set(n, (self.get(n) || 0) + 1)
+      }
+      const rows = [...self].sort((x, y) => y[1] - x[1])
+      expect(rows.map(([n]) => n.replace(/\d+/g, 'N'))).toEqual(
+        major <= 18 ? ['work (VMN:N)', 'work (VMN:N)'] : ['work (VMN:N:N)', 'work (VMN:N:N)'],
+      )
+      // a runs three times as long as b.
+      expect(rows[0][1]).toBeGreaterThan(1.5 * rows[1][1])
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60000)
+})
+
 // Functions that optimized code inlined: `machsampler record` has V8 log
 // what it inlined (node only) and splits the frames of calls made from
 // inlined code back out, as V8's own profiler does. The fixture's `mid`,

@@ -54,6 +54,9 @@ pub struct Api {
     /// `void node::AddEnvironmentCleanupHook(v8::Isolate*, void (*)(void*), void*)`.
     pub node_add_env_cleanup_hook:
         Option<unsafe extern "C" fn(isolate: *mut Isolate, hook: extern "C" fn(arg: *mut c_void), arg: *mut c_void)>,
+    /// `int v8::UnboundScript::GetId() const`: reads the script's id,
+    /// allocating nothing.
+    pub unbound_script_get_id: Option<unsafe extern "C" fn(this: *const c_void) -> i32>,
 }
 
 /// Why the layer is not available.
@@ -88,6 +91,7 @@ pub const SYM_SET_JIT_CODE_EVENT_HANDLER: &CStr =
 pub const SYM_REQUEST_INTERRUPT: &CStr = c"_ZN2v87Isolate16RequestInterruptEPFvPS0_PvES2_";
 pub const SYM_NODE_GET_CURRENT_EVENT_LOOP: &CStr = c"_ZN4node19GetCurrentEventLoopEPN2v87IsolateE";
 pub const SYM_NODE_ADD_ENV_CLEANUP_HOOK: &CStr = c"_ZN4node25AddEnvironmentCleanupHookEPN2v87IsolateEPFvPvES3_";
+pub const SYM_UNBOUND_SCRIPT_GET_ID: &CStr = c"_ZNK2v813UnboundScript5GetIdEv";
 
 fn lookup(name: &'static CStr) -> Result<*mut c_void, Unavailable> {
     // SAFETY: dlsym with RTLD_DEFAULT searches the global scope for a
@@ -168,6 +172,9 @@ fn resolve() -> Result<Api, Unavailable> {
                     unsafe extern "C" fn(*mut Isolate, extern "C" fn(*mut c_void), *mut c_void),
                 >(p)
             }),
+            unbound_script_get_id: lookup(SYM_UNBOUND_SCRIPT_GET_ID)
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> i32>(p)),
         })
     }
 }

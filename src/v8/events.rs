@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
 use super::abi::{jit_code_type, jit_event, JitCodeEvent, JIT_CODE_EVENT_DEFAULT, JIT_CODE_EVENT_ENUM_EXISTING};
-use super::api::{api, Api, CodeRange, Isolate};
+use super::api::{api, api_if_resolved, Api, CodeRange, Isolate};
 use super::codemap::{CodeKind, CodeMap};
 use super::registry::{self, Registered};
+use super::unnamed_scripts;
 
 /// The clock of code events, which must be the clock of sample timestamps:
 /// `CLOCK_MONOTONIC` on Linux (the signal handler's), and on macOS
@@ -285,6 +286,22 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
             // by none (0), so a worker's exit does not retire them.
             let shared = EMBEDDED.get().is_some_and(|r| r.contains(start));
             let isolate = if shared { 0 } else { registry::serial_of(e.isolate).unwrap_or(0) };
+            // A function of a script without a name: its script's id as
+            // its URL. V8 sets `script` only for code of a Script.
+            let mut renamed = [0u8; 1024];
+            let bytes = match api_if_resolved().and_then(|a| a.unbound_script_get_id) {
+                Some(get_id) if !e.script.is_null() && kind != CodeKind::Wasm => {
+                    // SAFETY: `script` is a Local<UnboundScript> V8 made for
+                    // this event's SharedFunctionInfo, whose script is a
+                    // Script; GetId reads its id and allocates nothing.
+                    let id = unsafe { get_id(e.script) };
+                    match unnamed_scripts::with_script_id(bytes, id, &mut renamed) {
+                        Some(n) => &renamed[..n],
+                        None => bytes,
+                    }
+                }
+                _ => bytes,
+            };
             submit(RawOp::Add { kind, isolate }, start, e.code_len as u64, t, bytes);
         }
         jit_event::CODE_MOVED => {

@@ -33,6 +33,7 @@ pub mod remap;
 pub mod resolve;
 pub mod sample;
 pub mod slots;
+pub mod unnamed_scripts;
 
 pub use api::{CodeRange, Unavailable};
 pub use codemap::{parse_js_name, CodeKind, CodeMap, Hit, JsName};

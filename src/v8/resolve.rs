@@ -124,7 +124,8 @@ fn inlined_at(inlines: &InlineLog, names: &mut Names, addr: u64, hit: &Hit<'_>) 
     }
     // A return address is one past its call.
     let offset = addr.saturating_sub(hit.start).saturating_sub(1);
-    inlines.chain(hit.start, hit.len, name, offset).into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
+    let name = super::unnamed_scripts::as_v8_logs_it(name);
+    inlines.chain(hit.start, hit.len, &name, offset).into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
 }
 
 /// Renames the JS frames of a stack table whose samples have the given

@@ -1,0 +1,136 @@
+//! Functions of scripts without a name (`eval`, `new Function`, `vm`
+//! code compiled without a filename): V8's code events name them
+//! `work :1:15`, with an empty URL, so two such scripts' functions at the
+//! same line and column would be one. Each gets its script's id as its URL,
+//! `work VM79:1:15`, as Chrome's DevTools show such scripts. V8's own log
+//! keeps the empty URL: [`as_v8_logs_it`] gives that name back.
+
+use std::borrow::Cow;
+
+/// The URL a script without a name is shown under.
+const PREFIX: &[u8] = b"VM";
+
+/// Where the empty URL of `name` is (the index of the `:` that ends it),
+/// if `name` ends in ` :<line>` or ` :<line>:<column>`.
+fn empty_url_at(name: &[u8]) -> Option<usize> {
+    let mut colons = 0;
+    for i in (1..name.len()).rev() {
+        match name[i] {
+            b'0'..=b'9' => {}
+            b':' if i + 1 < name.len() && name[i + 1] != b':' => {
+                colons += 1;
+                if name[i - 1] == b' ' {
+                    return Some(i);
+                }
+                if colons == 2 {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Writes `name` with `VM<script>` as its URL into `out` if its URL is
+/// empty; returns the bytes written, or None (name left as it is) if the
+/// URL is not empty or `out` is too small. Allocates nothing.
+pub fn with_script_id(name: &[u8], script: i32, out: &mut [u8]) -> Option<usize> {
+    let at = empty_url_at(name)?;
+    let mut digits = [0u8; 11];
+    let mut n = script.unsigned_abs();
+    let mut d = digits.len();
+    loop {
+        d -= 1;
+        digits[d] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let id = &digits[d..];
+    let len = name.len() + PREFIX.len() + id.len();
+    if script < 0 || len > out.len() {
+        return None;
+    }
+    out[..at].copy_from_slice(&name[..at]);
+    out[at..at + PREFIX.len()].copy_from_slice(PREFIX);
+    out[at + PREFIX.len()..at + PREFIX.len() + id.len()].copy_from_slice(id);
+    out[at + PREFIX.len() + id.len()..len].copy_from_slice(&name[at..]);
+    Some(len)
+}
+
+/// `name` as V8's log names it: a `VM<script>` URL given by
+/// [`with_script_id`] taken out again.
+pub fn as_v8_logs_it(name: &str) -> Cow<'_, str> {
+    let bytes = name.as_bytes();
+    // The URL starts after the last space before the position.
+    let Some(colon) = url_end(bytes) else { return Cow::Borrowed(name) };
+    let Some(space) = name[..colon].rfind(' ') else { return Cow::Borrowed(name) };
+    let url = &name[space + 1..colon];
+    match url.strip_prefix("VM") {
+        Some(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => {
+            Cow::Owned(format!("{}{}", &name[..space + 1], &name[colon..]))
+        }
+        _ => Cow::Borrowed(name),
+    }
+}
+
+/// The index of the `:` that ends the URL of a name ending in
+/// `:<line>` or `:<line>:<column>`.
+fn url_end(name: &[u8]) -> Option<usize> {
+    let mut colons = Vec::with_capacity(2);
+    for i in (0..name.len()).rev() {
+        match name[i] {
+            b'0'..=b'9' => {}
+            b':' if colons.len() < 2 && i + 1 < name.len() && name[i + 1] != b':' => colons.push(i),
+            _ => break,
+        }
+    }
+    // `VM79:1:15`: the URL ends at the first colon of the position.
+    colons.last().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn renamed(name: &str, id: i32) -> Option<String> {
+        let mut out = [0u8; 64];
+        with_script_id(name.as_bytes(), id, &mut out).map(|n| String::from_utf8(out[..n].to_vec()).unwrap())
+    }
+
+    #[test]
+    fn empty_urls_get_the_script_s_id() {
+        assert_eq!(renamed("JS:*work :1:15", 79).as_deref(), Some("JS:*work VM79:1:15"));
+        // V8 10.2: line only; top-level code without a function name.
+        assert_eq!(renamed("LazyCompile:~work :3", 0).as_deref(), Some("LazyCompile:~work VM0:3"));
+        assert_eq!(renamed("JS:~ :1:1", 1234567).as_deref(), Some("JS:~ VM1234567:1:1"));
+        assert_eq!(renamed("JS:~get a b :2:7", 5).as_deref(), Some("JS:~get a b VM5:2:7"));
+    }
+
+    #[test]
+    fn names_with_a_url_or_no_position_stay() {
+        assert_eq!(renamed("JS:*work /a.js:1:15", 79), None);
+        assert_eq!(renamed("JS:*work node:fs:1:15", 79), None);
+        assert_eq!(renamed("JS:*work", 79), None);
+        assert_eq!(renamed("JS:*work :", 79), None);
+        assert_eq!(renamed("JS:*work ::1", 79), None);
+        assert_eq!(renamed(":1:1", 79), None);
+        assert_eq!(renamed("JS:*work :1:15", -1), None);
+        // Too long for the buffer: left as it is.
+        let long = format!("JS:*{} :1:1", "x".repeat(60));
+        assert_eq!(renamed(&long, 1), None);
+    }
+
+    #[test]
+    fn the_v8_log_s_name_comes_back() {
+        assert_eq!(as_v8_logs_it("work VM79:1:15"), "work :1:15");
+        assert_eq!(as_v8_logs_it(" VM79:1:1"), " :1:1");
+        assert_eq!(as_v8_logs_it("work VM79:3"), "work :3");
+        assert_eq!(as_v8_logs_it("work /a/VM79:1:15"), "work /a/VM79:1:15");
+        assert_eq!(as_v8_logs_it("work /a.js:1:15"), "work /a.js:1:15");
+        assert_eq!(as_v8_logs_it("work VMx:1:15"), "work VMx:1:15");
+        assert_eq!(as_v8_logs_it("work"), "work");
+    }
+}

@@ -354,6 +354,37 @@ describeLinux('evaluated scripts', () => {
   }, 60000)
 })
 
+// Regular expressions: named by their pattern where V8 reports their code
+// (Node 18-23); from V8 13.6 (Node 24) on, code compiled while sampling is
+// not reported, and shows as one function under the builtin that ran it.
+describeLinux('regular expressions', () => {
+  const h = require('./fixtures/cli-helpers')
+  const ms = require('..')
+
+  test.each(MAJORS)('Node %i: a hot expression is one named row, not unnamed JavaScript', (major) => {
+    const node = fetchNode(major)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-regexp-'))
+    try {
+      const out = path.join(dir, 'p.machprof')
+      const r = h.cli(['record', '-q', '-o', out, '--', node, path.join(__dirname, 'fixtures', 'regexp-hot.js'), '1500'])
+      expect(r.status).toBe(0)
+      expect(r.stderr).not.toMatch(/no name/)
+      const p = ms.loadProfile(out)
+      const { name } = p.symbols.functions
+      const self = new Map()
+      for (let i = 0; i < p.samples.stack.length; i++) {
+        const n = name[p.symbols.frameFunction[p.stacks.frame[p.samples.stack[i]]]]
+        self.set(n, (self.get(n) || 0) + 1)
+      }
+      const [top, count] = [...self].sort((x, y) => y[1] - x[1])[0]
+      expect(top).toBe(major >= 24 ? 'RegExp:(compiled while sampling; V8 did not name it)' : 'RegExp:(a+)+b|c[de]{2,}f|([0-9]+)-([a-z]+)x')
+      expect(count / p.samples.stack.length).toBeGreaterThan(0.5)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60000)
+})
+
 // Functions that optimized code inlined: `machsampler record` has V8 log
 // what it inlined (node only) and splits the frames of calls made from
 // inlined code back out, as V8's own profiler does. The fixture's `mid`,

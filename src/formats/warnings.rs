@@ -52,9 +52,8 @@ pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
     let (running, without) = per_thread[t];
     vec![format!(
         "{:.1}% of thread {}'s samples{} are in JavaScript that has no name (shown as 0x… addresses): \
-         V8 did not describe that code to the sampler (a worker's isolate it could not read, code \
-         compiled before sampling began, or regular expressions on Node 24 and later, which \
-         --perf-map does not name either). Unless it already was, record again with --perf-map, which has \
+         V8 did not describe that code to the sampler (a worker's isolate it could not read, or code \
+         compiled before sampling began). Unless it already was, record again with --perf-map, which has \
          V8 write every isolate's code names to /tmp/perf-<pid>.map.",
         100.0 * without as f64 / running.max(1) as f64,
         thread_label(profile, t),

@@ -42,6 +42,7 @@ pub mod macho;
 pub mod module;
 pub mod perf_map_watch;
 pub mod perfmap;
+pub mod regexp_code;
 pub mod source_map;
 pub mod symbol_path;
 #[cfg(test)]
@@ -262,7 +263,9 @@ pub fn symbolicate_with_warnings(profile: &ProfileData, options: &SymbolicateOpt
         frame_function.push(f);
         frame_line.push(0);
     }
-    (Symbols { frame_function, frame_line, functions }, warnings)
+    let mut symbols = Symbols { frame_function, frame_line, functions };
+    regexp_code::name_unnamed_regexp_code(profile, &mut symbols);
+    (symbols, warnings)
 }
 
 #[cfg(test)]

@@ -8,7 +8,10 @@
 //! is only ever run by V8's regular-expression builtins (or, from C++, by
 //! the irregexp macro assembler's entry): an address outside every module
 //! that nothing named, whose every caller is one of those, is that code,
-//! and becomes one function.
+//! and becomes one function. A function the program passed to a builtin
+//! (a `replace` callback) is called from it too: only if V8 also left that
+//! function unnamed (a worker the sampler could not read) is it taken for
+//! expression code.
 
 use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
 

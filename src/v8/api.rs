@@ -54,8 +54,7 @@ pub struct Api {
     /// `void node::AddEnvironmentCleanupHook(v8::Isolate*, void (*)(void*), void*)`.
     pub node_add_env_cleanup_hook:
         Option<unsafe extern "C" fn(isolate: *mut Isolate, hook: extern "C" fn(arg: *mut c_void), arg: *mut c_void)>,
-    /// `int v8::UnboundScript::GetId() const`: reads the script's id,
-    /// allocating nothing.
+    /// `int v8::UnboundScript::GetId() const`: the script's id.
     pub unbound_script_get_id: Option<unsafe extern "C" fn(this: *const c_void) -> i32>,
 }
 

@@ -382,11 +382,11 @@ impl CodeMap {
         out
     }
 
-    /// True if entries for more than one code object (start, length and
-    /// kind) covered `addr` at some time in `[from, to]`: what was
+    /// True if entries for more than one code object (start, length, kind
+    /// and name) covered `addr` at some time in `[from, to]`: what was
     /// inlined at `addr` then depends on when.
     pub fn several_objects_during(&self, addr: u64, from: u64, to: u64) -> bool {
-        let mut first: Option<(u64, u64, CodeKind)> = None;
+        let mut first: Option<(u64, u64, CodeKind, u32)> = None;
         for (&(s, _), e) in self.entries.range(..=(addr, u64::MAX)).rev() {
             if addr - s >= self.max_len {
                 break;
@@ -394,7 +394,7 @@ impl CodeMap {
             if addr - s >= e.len || e.born > to || e.died <= from {
                 continue;
             }
-            let object = (s, e.len, e.kind);
+            let object = (s, e.len, e.kind, e.name);
             match first {
                 None => first = Some(object),
                 Some(f) if f != object => return true,

@@ -293,8 +293,10 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
                 Some(get_id) if !e.script.is_null() && kind != CodeKind::Wasm => {
                     // SAFETY: `script` is a Local<UnboundScript> V8 made for
                     // this event's SharedFunctionInfo, whose script is a
-                    // Script; GetId reads its id and allocates nothing.
-                    let id = unsafe { get_id(e.script) };
+                    // Script, valid during the callback, which runs on the
+                    // isolate's thread (GetId may open a HandleScope there,
+                    // as any API call may). Asked only for an empty URL.
+                    let id = || unsafe { get_id(e.script) };
                     match unnamed_scripts::with_script_id(bytes, id, &mut renamed) {
                         Some(n) => &renamed[..n],
                         None => bytes,

@@ -67,6 +67,11 @@ impl Names {
         TAGGED_FRAME | i as u64
     }
 
+    /// The tagged frame `raw` has, if it has one yet.
+    fn tag_of(&self, raw: &str) -> Option<u64> {
+        self.by_display.get(&parse_js_name(raw).display).map(|&i| TAGGED_FRAME | i as u64)
+    }
+
     /// Whether the frame `addr` became is machsampler's own wrapper.
     fn is_own(&self, addr: u64) -> bool {
         addr & TAGGED_FRAME != 0 && self.own.get((addr & !TAGGED_FRAME) as usize) == Some(&true)
@@ -124,8 +129,16 @@ fn inlined_at(inlines: &InlineLog, names: &mut Names, addr: u64, hit: &Hit<'_>) 
     }
     // A return address is one past its call.
     let offset = addr.saturating_sub(hit.start).saturating_sub(1);
-    let name = super::unnamed_scripts::as_v8_logs_it(name);
-    inlines.chain(hit.start, hit.len, &name, offset).into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
+    // A script's own `VM<id>` URL, or one this sampler gave a script
+    // without a name (which V8's log keeps empty).
+    let mut chain = inlines.chain(hit.start, hit.len, name, offset);
+    if chain.is_empty() {
+        let logged = super::unnamed_scripts::as_v8_logs_it(name);
+        if logged != name {
+            chain = inlines.chain(hit.start, hit.len, &logged, offset);
+        }
+    }
+    chain.into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
 }
 
 /// Renames the JS frames of a stack table whose samples have the given
@@ -272,16 +285,22 @@ pub fn resolve_js_frames(
                 Fate::Fixed(a) => (a, split(frame, node as usize, depth)),
                 Fate::ByTime => {
                     let hit = map.lookup(addr, t);
-                    let by_hit = renamed(&mut names, addr, hit.as_ref().map(|h| h.raw));
                     // A pinned frame keeps its name; its inlined functions
                     // come from the code of the sample's time if that is
                     // its function's (not the nearest entry of another).
-                    let new = pinned.get(&frame).copied().unwrap_or(by_hit);
+                    let pin = pinned.get(&frame).copied();
+                    let new = match pin {
+                        Some(p) => p,
+                        None => renamed(&mut names, addr, hit.as_ref().map(|h| h.raw)),
+                    };
                     let chain = match hit {
-                        Some(hit) if caller[frame] && new & TAGGED_FRAME != 0 && new == by_hit => {
-                            let chain = inlined_then
-                                .entry((addr, hit.start, hit.len, hit.raw))
-                                .or_insert_with(|| inlined_at(inlines, &mut names, addr, &hit));
+                        Some(hit) if caller[frame] && new & TAGGED_FRAME != 0 => {
+                            let chain = inlined_then.entry((addr, hit.start, hit.len, hit.raw)).or_insert_with(|| {
+                                if pin.is_some() && names.tag_of(hit.raw) != pin {
+                                    return Vec::new();
+                                }
+                                inlined_at(inlines, &mut names, addr, &hit)
+                            });
                             let fits = depth + chain.len() + height[node as usize] <= max_depth;
                             if fits {
                                 chain.as_slice()

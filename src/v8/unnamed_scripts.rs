@@ -3,7 +3,8 @@
 //! `work :1:15`, with an empty URL, so two such scripts' functions at the
 //! same line and column would be one. Each gets its script's id as its URL,
 //! `work VM79:1:15`, as Chrome's DevTools show such scripts. V8's own log
-//! keeps the empty URL: [`as_v8_logs_it`] gives that name back.
+//! keeps the empty URL: [`as_v8_logs_it`] gives that name back (a script
+//! really named `VM12` is looked up under its own name first).
 
 use std::borrow::Cow;
 
@@ -34,9 +35,11 @@ fn empty_url_at(name: &[u8]) -> Option<usize> {
 
 /// Writes `name` with `VM<script>` as its URL into `out` if its URL is
 /// empty; returns the bytes written, or None (name left as it is) if the
-/// URL is not empty or `out` is too small. Allocates nothing.
-pub fn with_script_id(name: &[u8], script: i32, out: &mut [u8]) -> Option<usize> {
+/// URL is not empty or `out` is too small. `script` is asked only for a
+/// name with an empty URL. Allocates nothing.
+pub fn with_script_id(name: &[u8], script: impl FnOnce() -> i32, out: &mut [u8]) -> Option<usize> {
     let at = empty_url_at(name)?;
+    let script = script();
     let mut digits = [0u8; 11];
     let mut n = script.unsigned_abs();
     let mut d = digits.len();
@@ -97,7 +100,7 @@ mod tests {
 
     fn renamed(name: &str, id: i32) -> Option<String> {
         let mut out = [0u8; 64];
-        with_script_id(name.as_bytes(), id, &mut out).map(|n| String::from_utf8(out[..n].to_vec()).unwrap())
+        with_script_id(name.as_bytes(), || id, &mut out).map(|n| String::from_utf8(out[..n].to_vec()).unwrap())
     }
 
     #[test]
@@ -107,6 +110,30 @@ mod tests {
         assert_eq!(renamed("LazyCompile:~work :3", 0).as_deref(), Some("LazyCompile:~work VM0:3"));
         assert_eq!(renamed("JS:~ :1:1", 1234567).as_deref(), Some("JS:~ VM1234567:1:1"));
         assert_eq!(renamed("JS:~get a b :2:7", 5).as_deref(), Some("JS:~get a b VM5:2:7"));
+    }
+
+    #[test]
+    fn the_id_is_asked_for_names_without_a_url_only() {
+        let mut out = [0u8; 64];
+        let mut asked = 0;
+        let _ = with_script_id(
+            b"JS:*work /a.js:1:15",
+            || {
+                asked += 1;
+                1
+            },
+            &mut out,
+        );
+        assert_eq!(asked, 0);
+        let _ = with_script_id(
+            b"JS:*work :1:15",
+            || {
+                asked += 1;
+                1
+            },
+            &mut out,
+        );
+        assert_eq!(asked, 1);
     }
 
     #[test]

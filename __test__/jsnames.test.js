@@ -320,6 +320,17 @@ describeLinux('names from the first samples', () => {
   }, 120000)
 })
 
+/** [function, self samples], most first. */
+function selfRows(p) {
+  const { name } = p.symbols.functions
+  const self = new Map()
+  for (const node of p.samples.stack) {
+    const n = name[p.symbols.frameFunction[p.stacks.frame[node]]]
+    self.set(n, (self.get(n) || 0) + 1)
+  }
+  return [...self].sort((x, y) => y[1] - x[1])
+}
+
 // Functions of scripts without a name (eval, new Function, vm code
 // compiled without a filename): V8 names them with an empty URL, so two
 // scripts' functions at the same place would be one row. Each script's id
@@ -335,14 +346,7 @@ describeLinux('evaluated scripts', () => {
       const out = path.join(dir, 'p.machprof')
       const r = h.cli(['record', '-q', '-o', out, '--', node, path.join(__dirname, 'fixtures', 'eval-twins.js'), '1500'])
       expect(r.status).toBe(0)
-      const p = ms.loadProfile(out)
-      const { name } = p.symbols.functions
-      const self = new Map()
-      for (let i = 0; i < p.samples.stack.length; i++) {
-        const n = name[p.symbols.frameFunction[p.stacks.frame[p.samples.stack[i]]]]
-        if (/^work \(/.test(n)) self.set(n, (self.get(n) || 0) + 1)
-      }
-      const rows = [...self].sort((x, y) => y[1] - x[1])
+      const rows = selfRows(ms.loadProfile(out)).filter(([n]) => /^work \(/.test(n))
       expect(rows.map(([n]) => n.replace(/\d+/g, 'N'))).toEqual(
         major <= 18 ? ['work (VMN:N)', 'work (VMN:N)'] : ['work (VMN:N:N)', 'work (VMN:N:N)'],
       )
@@ -370,13 +374,7 @@ describeLinux('regular expressions', () => {
       expect(r.status).toBe(0)
       expect(r.stderr).not.toMatch(/no name/)
       const p = ms.loadProfile(out)
-      const { name } = p.symbols.functions
-      const self = new Map()
-      for (let i = 0; i < p.samples.stack.length; i++) {
-        const n = name[p.symbols.frameFunction[p.stacks.frame[p.samples.stack[i]]]]
-        self.set(n, (self.get(n) || 0) + 1)
-      }
-      const [top, count] = [...self].sort((x, y) => y[1] - x[1])[0]
+      const [top, count] = selfRows(p)[0]
       expect(top).toBe(major >= 24 ? 'RegExp:(compiled while sampling; V8 did not name it)' : 'RegExp:(a+)+b|c[de]{2,}f|([0-9]+)-([a-z]+)x')
       expect(count / p.samples.stack.length).toBeGreaterThan(0.5)
     } finally {

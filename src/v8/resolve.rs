@@ -432,6 +432,23 @@ mod tests {
         assert_eq!(tagged.len(), frames.iter().filter(|a| *a & TAGGED_FRAME != 0).count());
     }
 
+    /// A stack node's frames, root first: addresses, or the function of
+    /// tagged frames.
+    fn path_of(node: u32, frames: &[u64], stack_frame: &[u32], stack_parent: &[i32], names: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut n = node as i32;
+        while n >= 0 {
+            let a = frames[stack_frame[n as usize] as usize];
+            out.push(match a & TAGGED_FRAME {
+                0 => format!("{a:#x}"),
+                _ => parse_js_name(&names[(a & 0xffff_ffff) as usize]).function,
+            });
+            n = stack_parent[n as usize];
+        }
+        out.reverse();
+        out
+    }
+
     #[test]
     fn inlined_functions_come_from_the_code_of_the_sample_s_time() {
         // One worker's optimized `outer` at 0x1000 inlined `inner`; after
@@ -457,20 +474,7 @@ mod tests {
         let cols =
             StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
         resolve_js_frames(&map, cols, &mut samples, &[10, 150], &mut names, &log, usize::MAX);
-        let path = |s: usize| {
-            let mut out = Vec::new();
-            let mut n = samples[s] as i32;
-            while n >= 0 {
-                let a = frames[stack_frame[n as usize] as usize];
-                out.push(match a & TAGGED_FRAME {
-                    0 => format!("{a:#x}"),
-                    _ => parse_js_name(&names[(a & 0xffff_ffff) as usize]).function,
-                });
-                n = stack_parent[n as usize];
-            }
-            out.reverse();
-            out
-        };
+        let path = |s: usize| path_of(samples[s], &frames, &stack_frame, &stack_parent, &names);
         assert_eq!(path(0), ["0x9000", "outer", "inner", "0x9100"]);
         assert_eq!(path(1), ["0x9000", "outer", "0x9100"]);
     }
@@ -508,21 +512,7 @@ mod tests {
                 stack_parent: &mut stack_parent,
             };
             resolve_js_frames(&map, cols, &mut samples, &[10, 20, 30, 40, 50], &mut names, &log, max_depth);
-            let path = |s: usize| {
-                let mut out = Vec::new();
-                let mut n = samples[s] as i32;
-                while n >= 0 {
-                    let a = frames[stack_frame[n as usize] as usize];
-                    out.push(match a & TAGGED_FRAME {
-                        0 => format!("{a:#x}"),
-                        _ => parse_js_name(&names[(a & 0xffff_ffff) as usize]).function,
-                    });
-                    n = stack_parent[n as usize];
-                }
-                out.reverse();
-                out
-            };
-            (0..samples.len()).map(path).collect()
+            samples.iter().map(|&s| path_of(s, &frames, &stack_frame, &stack_parent, &names)).collect()
         };
         let p = paths(usize::MAX);
         assert_eq!(p[0], ["0x9000", "outer", "0x9100"]);

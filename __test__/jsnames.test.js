@@ -320,6 +320,18 @@ describeLinux('names from the first samples', () => {
   }, 120000)
 })
 
+/** `machsampler record` of a fixture for 1.5 s: its result and profile. */
+function recordFixture(node, fixture) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-fixture-'))
+  try {
+    const out = path.join(dir, 'p.machprof')
+    const r = require('./fixtures/cli-helpers').cli(['record', '-q', '-o', out, '--', node, path.join(__dirname, 'fixtures', fixture), '1500'])
+    return { r, p: r.status === 0 ? require('..').loadProfile(out) : null }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
 /** [function, self samples], most first. */
 function selfRows(p) {
   const { name } = p.symbols.functions
@@ -336,25 +348,15 @@ function selfRows(p) {
 // scripts' functions at the same place would be one row. Each script's id
 // becomes its URL (`VM<id>`, as Chrome's DevTools show such scripts).
 describeLinux('evaluated scripts', () => {
-  const h = require('./fixtures/cli-helpers')
-  const ms = require('..')
-
   test.each(MAJORS)('Node %i: same-place functions of two evaluated scripts are two rows, each with its time', (major) => {
-    const node = fetchNode(major)
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-eval-'))
-    try {
-      const out = path.join(dir, 'p.machprof')
-      const r = h.cli(['record', '-q', '-o', out, '--', node, path.join(__dirname, 'fixtures', 'eval-twins.js'), '1500'])
-      expect(r.status).toBe(0)
-      const rows = selfRows(ms.loadProfile(out)).filter(([n]) => /^work \(/.test(n))
-      expect(rows.map(([n]) => n.replace(/\d+/g, 'N'))).toEqual(
-        major <= 18 ? ['work (VMN:N)', 'work (VMN:N)'] : ['work (VMN:N:N)', 'work (VMN:N:N)'],
-      )
-      // a runs three times as long as b.
-      expect(rows[0][1]).toBeGreaterThan(1.5 * rows[1][1])
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true })
-    }
+    const { r, p } = recordFixture(fetchNode(major), 'eval-twins.js')
+    expect(r.status).toBe(0)
+    const rows = selfRows(p).filter(([n]) => /^work \(/.test(n))
+    expect(rows.map(([n]) => n.replace(/\d+/g, 'N'))).toEqual(
+      major <= 18 ? ['work (VMN:N)', 'work (VMN:N)'] : ['work (VMN:N:N)', 'work (VMN:N:N)'],
+    )
+    // a runs three times as long as b.
+    expect(rows[0][1]).toBeGreaterThan(1.5 * rows[1][1])
   }, 60000)
 })
 
@@ -362,24 +364,13 @@ describeLinux('evaluated scripts', () => {
 // (Node 18-23); from V8 13.6 (Node 24) on, code compiled while sampling is
 // not reported, and shows as one function under the builtin that ran it.
 describeLinux('regular expressions', () => {
-  const h = require('./fixtures/cli-helpers')
-  const ms = require('..')
-
   test.each(MAJORS)('Node %i: a hot expression is one named row, not unnamed JavaScript', (major) => {
-    const node = fetchNode(major)
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-regexp-'))
-    try {
-      const out = path.join(dir, 'p.machprof')
-      const r = h.cli(['record', '-q', '-o', out, '--', node, path.join(__dirname, 'fixtures', 'regexp-hot.js'), '1500'])
-      expect(r.status).toBe(0)
-      expect(r.stderr).not.toMatch(/no name/)
-      const p = ms.loadProfile(out)
-      const [top, count] = selfRows(p)[0]
-      expect(top).toBe(major >= 24 ? 'RegExp:(compiled while sampling; V8 did not name it)' : 'RegExp:(a+)+b|c[de]{2,}f|([0-9]+)-([a-z]+)x')
-      expect(count / p.samples.stack.length).toBeGreaterThan(0.5)
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true })
-    }
+    const { r, p } = recordFixture(fetchNode(major), 'regexp-hot.js')
+    expect(r.status).toBe(0)
+    expect(r.stderr).not.toMatch(/no name/)
+    const [top, count] = selfRows(p)[0]
+    expect(top).toBe(major >= 24 ? 'RegExp:(compiled while sampling; V8 did not name it)' : 'RegExp:(a+)+b|c[de]{2,}f|([0-9]+)-([a-z]+)x')
+    expect(count / p.samples.stack.length).toBeGreaterThan(0.5)
   }, 60000)
 })
 

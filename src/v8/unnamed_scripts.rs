@@ -9,89 +9,60 @@
 use std::borrow::Cow;
 
 /// The URL a script without a name is shown under.
-const PREFIX: &[u8] = b"VM";
+const PREFIX: &str = "VM";
 
-/// Where the empty URL of `name` is (the index of the `:` that ends it),
-/// if `name` ends in ` :<line>` or ` :<line>:<column>`.
-fn empty_url_at(name: &[u8]) -> Option<usize> {
+/// The index of the `:` that ends the URL of a name ending in
+/// `:<line>` or `:<line>:<column>` (`VM79:1:15`: the URL ends at the first
+/// colon of the position). Allocates nothing.
+fn url_end(name: &[u8]) -> Option<usize> {
+    let mut first = None;
     let mut colons = 0;
-    for i in (1..name.len()).rev() {
+    for i in (0..name.len()).rev() {
         match name[i] {
             b'0'..=b'9' => {}
-            b':' if i + 1 < name.len() && name[i + 1] != b':' => {
+            b':' if colons < 2 && i + 1 < name.len() && name[i + 1] != b':' => {
                 colons += 1;
-                if name[i - 1] == b' ' {
-                    return Some(i);
-                }
-                if colons == 2 {
-                    return None;
-                }
+                first = Some(i);
             }
-            _ => return None,
+            _ => break,
         }
     }
-    None
+    first
 }
 
 /// Writes `name` with `VM<script>` as its URL into `out` if its URL is
-/// empty; returns the bytes written, or None (name left as it is) if the
-/// URL is not empty or `out` is too small. `script` is asked only for a
-/// name with an empty URL. Allocates nothing.
+/// empty (`name` ends in ` :<line>` or ` :<line>:<column>`); returns the
+/// bytes written, or None (name left as it is) if the URL is not empty or
+/// `out` is too small. `script` is asked only for a name with an empty URL.
+/// Allocates nothing.
 pub fn with_script_id(name: &[u8], script: impl FnOnce() -> i32, out: &mut [u8]) -> Option<usize> {
-    let at = empty_url_at(name)?;
+    use std::io::Write;
+    let at = url_end(name).filter(|&at| at > 0 && name[at - 1] == b' ')?;
     let script = script();
-    let mut digits = [0u8; 11];
-    let mut n = script.unsigned_abs();
-    let mut d = digits.len();
-    loop {
-        d -= 1;
-        digits[d] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let id = &digits[d..];
-    let len = name.len() + PREFIX.len() + id.len();
-    if script < 0 || len > out.len() {
+    if script < 0 {
         return None;
     }
-    out[..at].copy_from_slice(&name[..at]);
-    out[at..at + PREFIX.len()].copy_from_slice(PREFIX);
-    out[at + PREFIX.len()..at + PREFIX.len() + id.len()].copy_from_slice(id);
-    out[at + PREFIX.len() + id.len()..len].copy_from_slice(&name[at..]);
-    Some(len)
+    let capacity = out.len();
+    let mut w = &mut out[..];
+    // A slice too small fails the write: the name is left as it is.
+    w.write_all(&name[..at]).ok()?;
+    write!(w, "{PREFIX}{script}").ok()?;
+    w.write_all(&name[at..]).ok()?;
+    Some(capacity - w.len())
 }
 
 /// `name` as V8's log names it: a `VM<script>` URL given by
 /// [`with_script_id`] taken out again.
 pub fn as_v8_logs_it(name: &str) -> Cow<'_, str> {
-    let bytes = name.as_bytes();
     // The URL starts after the last space before the position.
-    let Some(colon) = url_end(bytes) else { return Cow::Borrowed(name) };
+    let Some(colon) = url_end(name.as_bytes()) else { return Cow::Borrowed(name) };
     let Some(space) = name[..colon].rfind(' ') else { return Cow::Borrowed(name) };
-    let url = &name[space + 1..colon];
-    match url.strip_prefix("VM") {
+    match name[space + 1..colon].strip_prefix(PREFIX) {
         Some(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => {
             Cow::Owned(format!("{}{}", &name[..space + 1], &name[colon..]))
         }
         _ => Cow::Borrowed(name),
     }
-}
-
-/// The index of the `:` that ends the URL of a name ending in
-/// `:<line>` or `:<line>:<column>`.
-fn url_end(name: &[u8]) -> Option<usize> {
-    let mut colons = Vec::with_capacity(2);
-    for i in (0..name.len()).rev() {
-        match name[i] {
-            b'0'..=b'9' => {}
-            b':' if colons.len() < 2 && i + 1 < name.len() && name[i + 1] != b':' => colons.push(i),
-            _ => break,
-        }
-    }
-    // `VM79:1:15`: the URL ends at the first colon of the position.
-    colons.last().copied()
 }
 
 #[cfg(test)]

@@ -348,15 +348,18 @@ function selfRows(p) {
 // scripts' functions at the same place would be one row. Each script's id
 // becomes its URL (`VM<id>`, as Chrome's DevTools show such scripts).
 describeLinux('evaluated scripts', () => {
-  test.each(MAJORS)('Node %i: same-place functions of two evaluated scripts are two rows, each with its time', (major) => {
+  test.each(MAJORS)('Node %i: same-place functions of evaluated scripts are a row each, under their sourceURL or script id', (major) => {
     const { r, p } = recordFixture(fetchNode(major), 'eval-twins.js')
     expect(r.status).toBe(0)
-    const rows = selfRows(p).filter(([n]) => /^work \(/.test(n))
-    expect(rows.map(([n]) => n.replace(/\d+/g, 'N'))).toEqual(
-      major <= 18 ? ['work (VMN:N)', 'work (VMN:N)'] : ['work (VMN:N:N)', 'work (VMN:N:N)'],
+    const rows = Object.fromEntries(
+      selfRows(p)
+        .filter(([n]) => /^work \(/.test(n))
+        .map(([n, c]) => [n.replace(/:\d+(:\d+)?\)$/, ')').replace(/^work \(VM\d+\)$/, 'work (VM)'), c]),
     )
-    // a runs three times as long as b.
-    expect(rows[0][1]).toBeGreaterThan(1.5 * rows[1][1])
+    expect(Object.keys(rows).sort()).toEqual(['work (VM)', 'work (webpack://app/./src/a.js)', 'work (webpack://app/./src/b.js)'])
+    // a runs three times as long as b and as c.
+    expect(rows['work (webpack://app/./src/a.js)']).toBeGreaterThan(1.5 * rows['work (webpack://app/./src/b.js)'])
+    expect(rows['work (webpack://app/./src/a.js)']).toBeGreaterThan(1.5 * rows['work (VM)'])
   }, 60000)
 })
 

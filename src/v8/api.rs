@@ -56,6 +56,71 @@ pub struct Api {
         Option<unsafe extern "C" fn(isolate: *mut Isolate, hook: extern "C" fn(arg: *mut c_void), arg: *mut c_void)>,
     /// `int v8::UnboundScript::GetId() const`: the script's id.
     pub unbound_script_get_id: Option<unsafe extern "C" fn(this: *const c_void) -> i32>,
+    /// What [`Api::source_url`] calls, all or none.
+    pub source_url_api: Option<SourceUrlApi>,
+}
+
+/// The calls that read a script's `//# sourceURL`.
+pub struct SourceUrlApi {
+    /// `v8::Local<v8::Value> v8::UnboundScript::GetSourceURL()`: a string,
+    /// or undefined.
+    get_source_url: unsafe extern "C" fn(this: *const c_void) -> *const c_void,
+    /// `bool v8::Value::FullIsString() const`.
+    is_string: unsafe extern "C" fn(this: *const c_void) -> bool,
+    /// `v8::String::Utf8Value::Utf8Value(v8::Isolate*, v8::Local<v8::Value>)`,
+    /// or with a last `WriteOptions` argument (V8 12.9-13.x). Called with
+    /// the options either way: a version without them ignores the extra
+    /// integer argument, as the C calling conventions of both architectures
+    /// allow.
+    utf8_new: unsafe extern "C" fn(this: *mut Utf8Value, isolate: *mut Isolate, value: *const c_void, options: i32),
+    /// `v8::String::Utf8Value::~Utf8Value()`.
+    utf8_drop: unsafe extern "C" fn(this: *mut Utf8Value),
+}
+
+/// Room for a `v8::String::Utf8Value` (`char* str_` then its length, 16
+/// bytes in every supported version), with margin.
+#[repr(C, align(16))]
+pub struct Utf8Value {
+    str: *const c_char,
+    rest: [u64; 7],
+}
+
+impl Api {
+    /// Copies the `//# sourceURL` of `script` (a `Local<UnboundScript>`)
+    /// into `out`; returns its length, or None if the script has none or
+    /// it does not fit.
+    ///
+    /// # Safety
+    /// On `isolate`'s own thread, inside a callback where V8 made `script`
+    /// (a HandleScope is open), such as a code event's.
+    pub unsafe fn source_url(&self, isolate: *mut Isolate, script: *const c_void, out: &mut [u8]) -> Option<usize> {
+        let f = self.source_url_api.as_ref()?;
+        // SAFETY: per the contract, `script` is a live Local<UnboundScript>
+        // on its isolate's thread; the result is a Local in the open scope.
+        let url = unsafe { (f.get_source_url)(script) };
+        // SAFETY: a non-null Local<Value> of the open scope.
+        if url.is_null() || !unsafe { (f.is_string)(url) } {
+            return None;
+        }
+        let mut value = Utf8Value { str: std::ptr::null(), rest: [0; 7] };
+        // SAFETY: `value` has room for a Utf8Value; `url` is a string, so
+        // the constructor converts it without calling JavaScript (and
+        // without a context); the destructor below frees what it made.
+        unsafe { (f.utf8_new)(&mut value, isolate, url, REPLACE_INVALID_UTF8) };
+        let copied = if value.str.is_null() {
+            None
+        } else {
+            // SAFETY: Utf8Value's buffer is NUL-terminated UTF-8.
+            let bytes = unsafe { CStr::from_ptr(value.str) }.to_bytes();
+            out.get_mut(..bytes.len()).map(|o| {
+                o.copy_from_slice(bytes);
+                bytes.len()
+            })
+        };
+        // SAFETY: constructed above, destroyed once.
+        unsafe { (f.utf8_drop)(&mut value) };
+        copied
+    }
 }
 
 /// Why the layer is not available.
@@ -91,6 +156,15 @@ pub const SYM_REQUEST_INTERRUPT: &CStr = c"_ZN2v87Isolate16RequestInterruptEPFvP
 pub const SYM_NODE_GET_CURRENT_EVENT_LOOP: &CStr = c"_ZN4node19GetCurrentEventLoopEPN2v87IsolateE";
 pub const SYM_NODE_ADD_ENV_CLEANUP_HOOK: &CStr = c"_ZN4node25AddEnvironmentCleanupHookEPN2v87IsolateEPFvPvES3_";
 pub const SYM_UNBOUND_SCRIPT_GET_ID: &CStr = c"_ZNK2v813UnboundScript5GetIdEv";
+pub const SYM_UNBOUND_SCRIPT_GET_SOURCE_URL: &CStr = c"_ZN2v813UnboundScript12GetSourceURLEv";
+pub const SYM_VALUE_FULL_IS_STRING: &CStr = c"_ZNK2v85Value12FullIsStringEv";
+pub const SYM_UTF8_VALUE_NEW: &CStr = c"_ZN2v86String9Utf8ValueC1EPNS_7IsolateENS_5LocalINS_5ValueEEE";
+/// V8 12.9 to 13.x: the same with a `String::WriteOptions` argument.
+pub const SYM_UTF8_VALUE_NEW_WITH_OPTIONS: &CStr =
+    c"_ZN2v86String9Utf8ValueC1EPNS_7IsolateENS_5LocalINS_5ValueEEENS0_12WriteOptionsE";
+/// `String::WriteOptions::REPLACE_INVALID_UTF8`.
+const REPLACE_INVALID_UTF8: i32 = 8;
+pub const SYM_UTF8_VALUE_DROP: &CStr = c"_ZN2v86String9Utf8ValueD1Ev";
 
 fn lookup(name: &'static CStr) -> Result<*mut c_void, Unavailable> {
     // SAFETY: dlsym with RTLD_DEFAULT searches the global scope for a
@@ -174,6 +248,26 @@ fn resolve() -> Result<Api, Unavailable> {
             unbound_script_get_id: lookup(SYM_UNBOUND_SCRIPT_GET_ID)
                 .ok()
                 .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> i32>(p)),
+            source_url_api: (|| {
+                Some(SourceUrlApi {
+                    get_source_url: std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn(*const c_void) -> *const c_void,
+                    >(lookup(SYM_UNBOUND_SCRIPT_GET_SOURCE_URL).ok()?),
+                    is_string: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> bool>(
+                        lookup(SYM_VALUE_FULL_IS_STRING).ok()?,
+                    ),
+                    utf8_new: std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn(*mut Utf8Value, *mut Isolate, *const c_void, i32),
+                    >(
+                        lookup(SYM_UTF8_VALUE_NEW).or_else(|_| lookup(SYM_UTF8_VALUE_NEW_WITH_OPTIONS)).ok()?
+                    ),
+                    utf8_drop: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut Utf8Value)>(
+                        lookup(SYM_UTF8_VALUE_DROP).ok()?,
+                    ),
+                })
+            })(),
         })
     }
 }

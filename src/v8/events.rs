@@ -286,18 +286,30 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
             // by none (0), so a worker's exit does not retire them.
             let shared = EMBEDDED.get().is_some_and(|r| r.contains(start));
             let isolate = if shared { 0 } else { registry::serial_of(e.isolate).unwrap_or(0) };
-            // A function of a script without a name: its script's id as
-            // its URL. V8 sets `script` only for code of a Script.
+            // A function of a script without a name: its sourceURL or its
+            // script's id as its URL. V8 sets `script` only for code of a
+            // Script.
             let mut renamed = [0u8; 1024];
-            let bytes = match api_if_resolved().and_then(|a| a.unbound_script_get_id) {
-                Some(get_id) if !e.script.is_null() && kind != CodeKind::Wasm => {
-                    // SAFETY: `script` is a Local<UnboundScript> V8 made for
-                    // this event's SharedFunctionInfo, whose script is a
-                    // Script, valid during the callback, which runs on the
-                    // isolate's thread (GetId may open a HandleScope there,
-                    // as any API call may). Asked only for an empty URL.
-                    let id = || unsafe { get_id(e.script) };
-                    match unnamed_scripts::with_script_id(bytes, id, &mut renamed) {
+            let mut source_url = [0u8; 512];
+            let bytes = match api_if_resolved() {
+                Some(api) if !e.script.is_null() && kind != CodeKind::Wasm => {
+                    // Asked only for a name with an empty URL.
+                    let source_url = &mut source_url;
+                    let script = move || {
+                        // Moved into the closure's body, so the bytes outlive it.
+                        let buf = source_url;
+                        // SAFETY (both calls): `script` is a
+                        // Local<UnboundScript> V8 made for this event's
+                        // SharedFunctionInfo, whose script is a Script,
+                        // valid during the callback, which runs on the
+                        // isolate's thread with a HandleScope open (the
+                        // calls may make handles there, as any API call may).
+                        let n = unsafe { api.source_url(e.isolate, e.script, &mut buf[..]) };
+                        // SAFETY: as above.
+                        let id = api.unbound_script_get_id.map_or(-1, |get_id| unsafe { get_id(e.script) });
+                        unnamed_scripts::Script { source_url: n.map(|n| &buf[..n]), id }
+                    };
+                    match unnamed_scripts::with_script_url(bytes, script, &mut renamed) {
                         Some(n) => &renamed[..n],
                         None => bytes,
                     }

@@ -1,10 +1,12 @@
 //! Functions of scripts without a name (`eval`, `new Function`, `vm`
 //! code compiled without a filename): V8's code events name them
 //! `work :1:15`, with an empty URL, so two such scripts' functions at the
-//! same line and column would be one. Each gets its script's id as its URL,
-//! `work VM79:1:15`, as Chrome's DevTools show such scripts. V8's own log
-//! keeps the empty URL: [`as_v8_logs_it`] gives that name back (a script
-//! really named `VM12` is looked up under its own name first).
+//! same line and column would be one. Each gets the script's
+//! `//# sourceURL` as its URL where it has one (bundlers' `eval` builds
+//! name every module so), `work webpack://app/./src/a.js:1:15`, and its
+//! script's id otherwise, `work VM79:1:15`, as Chrome's DevTools show such
+//! scripts. V8's own log keeps the empty URL: [`as_v8_logs_it`] gives that
+//! name back.
 
 use std::borrow::Cow;
 
@@ -30,39 +32,53 @@ fn url_end(name: &[u8]) -> Option<usize> {
     first
 }
 
-/// Writes `name` with `VM<script>` as its URL into `out` if its URL is
-/// empty (`name` ends in ` :<line>` or ` :<line>:<column>`); returns the
-/// bytes written, or None (name left as it is) if the URL is not empty or
-/// `out` is too small. `script` is asked only for a name with an empty URL.
-/// Allocates nothing.
-pub fn with_script_id(name: &[u8], script: impl FnOnce() -> i32, out: &mut [u8]) -> Option<usize> {
+/// What identifies a script without a name.
+pub struct Script<'a> {
+    /// Its `//# sourceURL`, if it has one.
+    pub source_url: Option<&'a [u8]>,
+    /// Its id (negative: none).
+    pub id: i32,
+}
+
+/// Whether a `//# sourceURL` can stand as a URL in a frame's name, which
+/// readers split at spaces and at the position's colons.
+fn usable(url: &[u8]) -> bool {
+    !url.is_empty() && url.iter().all(|&b| b > b' ' && b != 0x7f) && url_end(url).is_none()
+}
+
+/// Writes `name` with its script's URL (see the module docs) into `out` if
+/// its URL is empty (`name` ends in ` :<line>` or ` :<line>:<column>`);
+/// returns the bytes written, or None (name left as it is) if the URL is
+/// not empty or `out` is too small. `script` is asked only for a name with
+/// an empty URL. Allocates nothing.
+pub fn with_script_url<'a>(name: &[u8], script: impl FnOnce() -> Script<'a>, out: &mut [u8]) -> Option<usize> {
     use std::io::Write;
     let at = url_end(name).filter(|&at| at > 0 && name[at - 1] == b' ')?;
     let script = script();
-    if script < 0 {
-        return None;
-    }
     let capacity = out.len();
     let mut w = &mut out[..];
     // A slice too small fails the write: the name is left as it is.
     w.write_all(&name[..at]).ok()?;
-    write!(w, "{PREFIX}{script}").ok()?;
+    match script.source_url.filter(|u| usable(u)) {
+        Some(url) => w.write_all(url).ok()?,
+        None if script.id >= 0 => write!(w, "{PREFIX}{}", script.id).ok()?,
+        None => return None,
+    }
     w.write_all(&name[at..]).ok()?;
     Some(capacity - w.len())
 }
 
-/// `name` as V8's log names it: a `VM<script>` URL given by
-/// [`with_script_id`] taken out again.
+/// `name` as V8's log would name it had [`with_script_url`] given it its
+/// URL: the URL taken out again. For a lookup after the name itself found
+/// nothing (a script really named `VM12` is in the log as it is).
 pub fn as_v8_logs_it(name: &str) -> Cow<'_, str> {
     // The URL starts after the last space before the position.
     let Some(colon) = url_end(name.as_bytes()) else { return Cow::Borrowed(name) };
     let Some(space) = name[..colon].rfind(' ') else { return Cow::Borrowed(name) };
-    match name[space + 1..colon].strip_prefix(PREFIX) {
-        Some(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => {
-            Cow::Owned(format!("{}{}", &name[..space + 1], &name[colon..]))
-        }
-        _ => Cow::Borrowed(name),
+    if space + 1 == colon {
+        return Cow::Borrowed(name);
     }
+    Cow::Owned(format!("{}{}", &name[..space + 1], &name[colon..]))
 }
 
 #[cfg(test)]
@@ -70,8 +86,13 @@ mod tests {
     use super::*;
 
     fn renamed(name: &str, id: i32) -> Option<String> {
+        named(name, None, id)
+    }
+
+    fn named(name: &str, source_url: Option<&str>, id: i32) -> Option<String> {
         let mut out = [0u8; 64];
-        with_script_id(name.as_bytes(), || id, &mut out).map(|n| String::from_utf8(out[..n].to_vec()).unwrap())
+        let script = || Script { source_url: source_url.map(str::as_bytes), id };
+        with_script_url(name.as_bytes(), script, &mut out).map(|n| String::from_utf8(out[..n].to_vec()).unwrap())
     }
 
     #[test]
@@ -87,20 +108,20 @@ mod tests {
     fn the_id_is_asked_for_names_without_a_url_only() {
         let mut out = [0u8; 64];
         let mut asked = 0;
-        let _ = with_script_id(
+        let _ = with_script_url(
             b"JS:*work /a.js:1:15",
             || {
                 asked += 1;
-                1
+                Script { source_url: None, id: 1 }
             },
             &mut out,
         );
         assert_eq!(asked, 0);
-        let _ = with_script_id(
+        let _ = with_script_url(
             b"JS:*work :1:15",
             || {
                 asked += 1;
-                1
+                Script { source_url: None, id: 1 }
             },
             &mut out,
         );
@@ -122,13 +143,27 @@ mod tests {
     }
 
     #[test]
+    fn a_source_url_is_the_url_where_usable() {
+        assert_eq!(
+            named("JS:*work :1:15", Some("webpack://app/./src/a.js"), 7).as_deref(),
+            Some("JS:*work webpack://app/./src/a.js:1:15")
+        );
+        // Empty, with spaces, or ending like a position: the id instead.
+        for bad in ["", "my file.js", "a.js:3", "tab\there"] {
+            assert_eq!(named("JS:*work :1:15", Some(bad), 7).as_deref(), Some("JS:*work VM7:1:15"), "{bad:?}");
+        }
+        assert_eq!(named("JS:*work :1:15", Some("a b"), -1), None);
+        // Too long for the buffer: left as it is.
+        assert_eq!(named("JS:*work :1:15", Some(&"u".repeat(60)), 7), None);
+    }
+
+    #[test]
     fn the_v8_log_s_name_comes_back() {
         assert_eq!(as_v8_logs_it("work VM79:1:15"), "work :1:15");
         assert_eq!(as_v8_logs_it(" VM79:1:1"), " :1:1");
         assert_eq!(as_v8_logs_it("work VM79:3"), "work :3");
-        assert_eq!(as_v8_logs_it("work /a/VM79:1:15"), "work /a/VM79:1:15");
-        assert_eq!(as_v8_logs_it("work /a.js:1:15"), "work /a.js:1:15");
-        assert_eq!(as_v8_logs_it("work VMx:1:15"), "work VMx:1:15");
+        assert_eq!(as_v8_logs_it("work webpack://app/./a.js:1:15"), "work :1:15");
+        assert_eq!(as_v8_logs_it("work :1:15"), "work :1:15");
         assert_eq!(as_v8_logs_it("work"), "work");
     }
 }

@@ -7,6 +7,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The sampler thread's name. Every loaded copy of the addon names its
+/// sampler so; the Mach backend never suspends a thread of that name (two
+/// samplers suspending each other would both stay suspended).
+pub const SAMPLER_THREAD_NAME: &str = "machsampler";
+
 /// More than the addon ever runs at once (sampler loop, V8 helper, stall
 /// reporter, exit watcher, and a loop ending while the next starts).
 const CAPACITY: usize = 16;

@@ -35,7 +35,7 @@ use super::buffer::{SampleBuffer, SampleRecord};
 use super::error::{ErrorCode, SamplerError};
 use super::observer::{ObservedSample, Observer, SampleKind};
 use super::options::SamplerOptions;
-use super::own_threads::{self, OwnThread};
+use super::own_threads::{self, OwnThread, SAMPLER_THREAD_NAME};
 use super::registry::{ThreadEntry, ThreadRegistry};
 use super::stacks::{PathCache, StackTable};
 use super::stats::{Stats, StatsSnapshot};
@@ -774,7 +774,7 @@ impl RunningSampler {
         // look at the threads' masks does not see this one blocking.
         let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
         let spawn = || {
-            std::thread::Builder::new().name("machsampler".into()).spawn(move || {
+            std::thread::Builder::new().name(SAMPLER_THREAD_NAME.into()).spawn(move || {
                 let _ = go_rx.recv_timeout(std::time::Duration::from_millis(100));
                 run(backend, options, &shared, stop_rx, hooks)
             })

@@ -155,7 +155,10 @@ impl std::ops::DerefMut for Guard {
     }
 }
 
-/// Takes the kernel lock. The caller must be in [`KernelMode`].
+/// Takes the kernel lock. The caller must be in [`KernelMode`], and must
+/// drop the guard before it (bind both, the mode first: a temporary guard
+/// in a block's last expression outlives the block's `KernelMode`, and a
+/// thread parked between the two would hold the lock while parked).
 pub fn lock() -> Guard {
     let mut g = KERNEL.lock().unwrap_or_else(PoisonError::into_inner);
     if g.is_none() {

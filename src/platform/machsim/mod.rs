@@ -204,7 +204,8 @@ fn current() -> &'static Thread {
 fn thread_of(name: thread_act_t) -> Result<&'static Thread, kern_return_t> {
     let t = {
         let _k = KernelMode::enter();
-        kernel::lock().lookup(name)?
+        let k = kernel::lock();
+        k.lookup(name)?
     };
     match t.call_error() {
         Some(kr) => Err(kr),
@@ -316,7 +317,8 @@ pub unsafe fn mach_thread_self() -> mach_port_t {
     }
     let t = current();
     let _k = KernelMode::enter();
-    kernel::lock().add_send_right(t)
+    let mut k = kernel::lock();
+    k.add_send_right(t)
 }
 
 pub unsafe fn mach_port_deallocate(task: mach_port_t, name: mach_port_t) -> kern_return_t {
@@ -324,7 +326,8 @@ pub unsafe fn mach_port_deallocate(task: mach_port_t, name: mach_port_t) -> kern
         return KERN_INVALID_TASK;
     }
     let _k = KernelMode::enter();
-    kernel::lock().deallocate(name)
+    let mut k = kernel::lock();
+    k.deallocate(name)
 }
 
 pub unsafe fn mach_vm_deallocate(task: mach_port_t, address: u64, size: u64) -> kern_return_t {
@@ -802,7 +805,8 @@ pub unsafe fn pthread_from_mach_thread_np(name: mach_port_t) -> libc::pthread_t 
         return 0;
     }
     let _k = KernelMode::enter();
-    match kernel::lock().lookup(name) {
+    let k = kernel::lock();
+    match k.lookup(name) {
         Ok(t) if t.phase() < Phase::Terminated => t.pthread.load(Ordering::Relaxed) as libc::pthread_t,
         _ => 0,
     }

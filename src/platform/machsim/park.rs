@@ -111,7 +111,8 @@ fn calibrate() {
     let tid = (word.load(Ordering::SeqCst) - 2) as u64;
     let t: &'static Thread = {
         let _k = super::kernel::KernelMode::enter();
-        super::kernel::lock().thread_for_tid(tid)
+        let mut k = super::kernel::lock();
+        k.thread_for_tid(tid)
     };
     std::thread::sleep(std::time::Duration::from_millis(2));
     let cpu = || super::cpu_times(tid).map_or(0, |c| c.0);

@@ -43,6 +43,7 @@ use crate::sampler::backend::{
 };
 use crate::sampler::error::SamplerError;
 use crate::sampler::options::MAX_STACK_DEPTH_MAX;
+use crate::sampler::own_threads::SAMPLER_THREAD_NAME;
 use crate::sampler::registry::{ThreadEntry, ThreadRegistry, THREAD_NAME_MAX};
 use crate::sampler::stopped_window::StoppedWindow;
 use crate::sampler::timebase::Timebase;
@@ -695,6 +696,11 @@ impl Backend for MachBackend {
             if port == MACH_PORT_NULL || port == own {
                 // Never suspend ourselves: nothing would resume us. (The
                 // sampler already leaves its own thread out.)
+                continue;
+            }
+            if entry.name.as_bytes() == SAMPLER_THREAD_NAME.as_bytes() {
+                // Another copy's sampler: were it suspending us meanwhile,
+                // each would wait for the other's resume forever.
                 continue;
             }
             if EXITS.may_have_exited(tid, self.exits_epoch) {

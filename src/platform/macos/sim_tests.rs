@@ -757,3 +757,62 @@ fn dyld_itself_is_listed_at_its_slide() {
     assert_eq!(dyld.build_id.len(), 32, "its LC_UUID");
     assert_eq!(modules.iter().filter(|m| m.path == "/usr/lib/dyld").count(), 1);
 }
+
+#[test]
+fn another_copy_s_sampler_thread_is_never_suspended() {
+    use crate::sampler::own_threads::SAMPLER_THREAD_NAME;
+    let _g = serial();
+    let stop = Arc::new(AtomicBool::new(false));
+    let foreign = Arc::new(AtomicU64::new(0));
+    let suspensions = Arc::new(AtomicU64::new(0));
+    let (s, t, n) = (stop.clone(), foreign.clone(), suspensions.clone());
+    // A second copy's sampler: it suspends and resumes every other thread
+    // of the same name, as this copy's sampler would suspend it.
+    let h = std::thread::Builder::new()
+        .name(SAMPLER_THREAD_NAME.into())
+        .spawn(move || {
+            let me = crate::sampler::thread_id::current();
+            t.store(me, Ordering::SeqCst);
+            let mut found = Vec::new();
+            while !s.load(Ordering::SeqCst) {
+                if threads::list(&mut found).is_err() {
+                    continue;
+                }
+                for f in &found {
+                    let sampler =
+                        threads::name(f.port).is_some_and(|name| name.as_bytes() == SAMPLER_THREAD_NAME.as_bytes());
+                    if f.tid != me && sampler {
+                        for _ in 0..100 {
+                            // SAFETY: a port we hold, not our own thread.
+                            unsafe {
+                                if thread_suspend(f.port) == 0 {
+                                    n.fetch_add(1, Ordering::SeqCst);
+                                    black_box(thread_resume(f.port));
+                                }
+                            }
+                        }
+                    }
+                    threads::deallocate(f.port);
+                }
+            }
+        })
+        .unwrap();
+    while foreign.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    // Wall mode suspends every thread that runs, as the other one does:
+    // without the name check the two soon suspend each other, and the
+    // simulation's watchdog ends the test. The other one stops (and gives
+    // back its rights) before this sampler does.
+    let shared = Arc::new(Shared::default());
+    let options = SamplerOptions { mode: Mode::Wall, ..SamplerOptions::default().with_interval_ms(1.0).unwrap() };
+    let running = RunningSampler::spawn(MachBackend::new().unwrap(), options, shared, Hooks::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::SeqCst);
+    h.join().unwrap();
+    let rec = running.stop();
+    assert!(suspensions.load(Ordering::SeqCst) > 0, "the other sampler never suspended this one");
+    assert!(rec.stats.samples_captured > 0, "{:?}", rec.stats);
+    assert_eq!(captured(&rec, foreign.load(Ordering::SeqCst)).0, 0);
+    assert_audit_clean();
+}

@@ -7,12 +7,17 @@
 //! The slide is the ELF load bias.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Give every image with a build id of 16 bytes or more an `LC_UUID` (its
 /// first 16 bytes).
 pub static UUID_FROM_BUILD_ID: AtomicBool = AtomicBool::new(false);
+
+/// Test hook: one more image listed after the loaded ones, whose header
+/// and name lie at this address in memory no longer mapped (an image
+/// another thread unloaded between dyld's listing and the reading). 0: none.
+pub static UNLOADED_AT: AtomicUsize = AtomicUsize::new(0);
 
 struct Image {
     header: Box<[u8]>,
@@ -121,7 +126,14 @@ pub unsafe fn _dyld_image_count() -> u32 {
         };
         current.push(i);
     }
-    current.len() as u32
+    current.len() as u32 + (UNLOADED_AT.load(Ordering::SeqCst) != 0) as u32
+}
+
+/// The address [`UNLOADED_AT`] gives for `index`, if it is the extra one.
+fn unloaded(index: u32) -> Option<usize> {
+    let at = UNLOADED_AT.load(Ordering::SeqCst);
+    let current = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+    (at != 0 && index as usize == current.len()).then_some(at)
 }
 
 fn image<T>(index: u32, f: impl FnOnce(&Image) -> T) -> Option<T> {
@@ -131,10 +143,16 @@ fn image<T>(index: u32, f: impl FnOnce(&Image) -> T) -> Option<T> {
 }
 
 pub unsafe fn _dyld_get_image_header(index: u32) -> *const c_void {
+    if let Some(at) = unloaded(index) {
+        return at as *const c_void;
+    }
     image(index, |i| i.header.as_ptr().cast()).unwrap_or(std::ptr::null())
 }
 
 pub unsafe fn _dyld_get_image_name(index: u32) -> *const c_char {
+    if let Some(at) = unloaded(index) {
+        return (at + 64) as *const c_char;
+    }
     image(index, |i| i.name.as_ptr()).unwrap_or(std::ptr::null())
 }
 

@@ -421,6 +421,34 @@ pub unsafe fn mach_vm_region(
     }
 }
 
+/// Copies `size` bytes at `address` into `data`, as the kernel does: a
+/// page that is not mapped readable fails the call instead of faulting
+/// (`process_vm_readv` on the calling process checks each page the same way).
+pub unsafe fn mach_vm_read_overwrite(
+    task: mach_port_t,
+    address: u64,
+    size: u64,
+    data: u64,
+    out_size: *mut u64,
+) -> kern_return_t {
+    if task != kernel::TASK_NAME {
+        return KERN_INVALID_TASK;
+    }
+    let local = libc::iovec { iov_base: data as *mut c_void, iov_len: size as usize };
+    let remote = libc::iovec { iov_base: address as *mut c_void, iov_len: size as usize };
+    // SAFETY: the kernel writes at most `size` bytes at `data`, which the
+    // caller provides, and reads the source with its own checks.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 || n as u64 != size {
+        return kernel::KERN_INVALID_ADDRESS;
+    }
+    if !out_size.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe { *out_size = size };
+    }
+    KERN_SUCCESS
+}
+
 // ----- threads --------------------------------------------------------------
 
 /// Lists the task's threads: every thread in `/proc/self/task` but the

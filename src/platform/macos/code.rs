@@ -72,14 +72,10 @@ mod apple {
     /// be pinned keeps its place (its code is still code) but no sections.
     pub fn loaded_code(known: impl Fn(u64) -> bool) -> Vec<CodeModule> {
         let mut out = Vec::new();
-        for_each_image(|img| {
-            // An image's header starts its `__TEXT`: a known image is
-            // skipped before anything else is done with it.
-            if known(img.header as u64) {
-                return;
-            }
-            // Pinned before its load commands are read, so an image
-            // unloaded meanwhile is not read while dyld unmaps it.
+        // An image's header starts its `__TEXT`: a known image is skipped
+        // before anything of it is read.
+        for_each_image(&known, |img| {
+            // Pinned before its sections are read (its commands are a copy).
             let pinned = pin(img.path, img.header);
             let Some(sections) = parse_unwind_sections(img.commands) else { return };
             let slide = img.slide;

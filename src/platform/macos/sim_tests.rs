@@ -816,3 +816,40 @@ fn another_copy_s_sampler_thread_is_never_suspended() {
     assert_eq!(captured(&rec, foreign.load(Ordering::SeqCst)).0, 0);
     assert_audit_clean();
 }
+
+#[test]
+fn an_image_unloaded_while_being_listed_is_left_out_not_read() {
+    let _g = serial();
+    let before = modules::loaded_modules();
+    // A page that held an image's header and name, unmapped since, while
+    // dyld's list still gives its addresses.
+    // SAFETY: a fresh private mapping, written, then unmapped whole.
+    let page = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let header = empty_macho_header();
+        std::ptr::copy_nonoverlapping(header.as_ptr(), p.cast::<u8>(), header.len());
+        std::ptr::copy_nonoverlapping(c"/gone.dylib".as_ptr(), p.cast::<c_char>().add(64), 12);
+        libc::munmap(p, 4096);
+        p as usize
+    };
+    crate::platform::machsim::dyld::UNLOADED_AT.store(page, Ordering::SeqCst);
+    let after = modules::loaded_modules();
+    crate::platform::machsim::dyld::UNLOADED_AT.store(0, Ordering::SeqCst);
+    assert_eq!(after.len(), before.len(), "{after:?}");
+    assert!(after.iter().all(|m| m.path != "/gone.dylib"));
+}
+
+/// A 64-bit Mach-O header with no load commands.
+fn empty_macho_header() -> [u8; 32] {
+    let mut h = [0u8; 32];
+    h[..4].copy_from_slice(&0xfeed_facf_u32.to_le_bytes());
+    h
+}

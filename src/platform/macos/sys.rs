@@ -37,7 +37,7 @@ mod imp {
     #[cfg(target_arch = "aarch64")]
     pub use mach2::thread_status::ARM_THREAD_STATE64;
     pub use mach2::traps::mach_task_self;
-    pub use mach2::vm::{mach_vm_deallocate, mach_vm_region};
+    pub use mach2::vm::{mach_vm_deallocate, mach_vm_read_overwrite, mach_vm_region};
     pub use mach2::vm_prot::{VM_PROT_EXECUTE, VM_PROT_READ};
     pub use mach2::vm_region::{vm_region_basic_info_64, vm_region_info_t, VM_REGION_BASIC_INFO_64};
 

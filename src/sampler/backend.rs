@@ -203,6 +203,13 @@ pub trait Backend: Send {
     /// the backend cannot tell.
     fn thread_cpu_ns(&mut self, thread: &ThreadEntry) -> Result<Option<u64>, ThreadGone>;
 
+    /// Whether the thread of the last [`Self::thread_cpu_ns`] was on a CPU
+    /// then. Where the CPU clock lags a running thread (Mach adds its time
+    /// at context switches), this keeps a busy thread from counting as idle.
+    fn running_at_last_cpu_read(&self) -> bool {
+        false
+    }
+
     /// CPU time a thread may gain between samples and still count as idle.
     /// Zero where stopping a thread costs it no CPU time (Mach suspend); on
     /// Linux the sampling signal itself makes the thread run briefly.

@@ -217,8 +217,10 @@ impl ThreadState {
     }
 
     /// Applies the idle rule given the thread's CPU clock (`None` when the
-    /// backend cannot read it, or when `needs_cpu_check` said no).
-    fn decide(&mut self, cpu: Option<u64>, checked: bool, now_ns: u64, threshold: u64, idle_skip: bool) -> TickAction {
+    /// backend cannot read it, or when `needs_cpu_check` said no), and
+    /// whether the backend saw the thread on a CPU as it read the clock.
+    fn decide(&mut self, cpu: Reading, now_ns: u64, threshold: u64, idle_skip: bool) -> TickAction {
+        let Reading { cpu, checked, running } = cpu;
         let advanced = if !checked {
             false
         } else {
@@ -226,7 +228,7 @@ impl ThreadState {
                 (Some(now_cpu), Some(before)) => {
                     let delta = now_cpu.saturating_sub(before);
                     self.cpu_delta_ns += delta;
-                    delta > threshold || now_cpu < before
+                    delta > threshold || now_cpu < before || running
                 }
                 _ => true,
             }
@@ -246,6 +248,17 @@ impl ThreadState {
             _ => TickAction::Capture,
         }
     }
+}
+
+/// One look at a thread's CPU clock, for the idle rule.
+#[derive(Clone, Copy)]
+struct Reading {
+    /// The clock, if it was read and could be.
+    cpu: Option<u64>,
+    /// Whether it was looked at this tick.
+    checked: bool,
+    /// Whether the backend saw the thread on a CPU as it read the clock.
+    running: bool,
 }
 
 /// The sampler thread's working state.
@@ -631,8 +644,9 @@ pub fn run<B: Backend>(
                 } else {
                     None
                 };
+                let running = checked && cpu.is_some() && backend.running_at_last_cpu_read();
                 let before = st.cpu_delta_ns;
-                let action = st.decide(cpu, checked, now, idle_threshold, options.idle_skip);
+                let action = st.decide(Reading { cpu, checked, running }, now, idle_threshold, options.idle_skip);
                 if options.mode == Mode::Cpu {
                     // Sampled for the CPU time used: capture once an interval
                     // of it has accumulated; nothing for the time waited.
@@ -838,30 +852,38 @@ mod tests {
     #[test]
     fn idle_rule_and_long_idle_backoff() {
         const MS: u64 = 1_000_000;
+        let read = |cpu: Option<u64>, checked: bool| Reading { cpu, checked, running: false };
         let mut st = ThreadState::new(0, 0);
         // Never captured: always capture.
-        assert_eq!(st.decide(Some(100), true, MS, 10, true), TickAction::Capture);
+        assert_eq!(st.decide(read(Some(100), true), MS, 10, true), TickAction::Capture);
         st.last_stack = Some(7);
         // CPU advanced beyond the threshold: capture.
-        assert_eq!(st.decide(Some(200), true, 2 * MS, 10, true), TickAction::Capture);
+        assert_eq!(st.decide(read(Some(200), true), 2 * MS, 10, true), TickAction::Capture);
         // Advanced by no more than the threshold (our own signal's cost): idle.
-        assert_eq!(st.decide(Some(205), true, 3 * MS, 10, true), TickAction::CarryForward(7));
+        assert_eq!(st.decide(read(Some(205), true), 3 * MS, 10, true), TickAction::CarryForward(7));
         assert!(st.needs_cpu_check(50 * MS, true), "not long idle yet");
         // Idle past LONG_IDLE_NS: the next check is scheduled, and until
         // then the clock is not read.
         let t = 2 * MS + LONG_IDLE_NS;
-        assert_eq!(st.decide(Some(205), true, t, 10, true), TickAction::CarryForward(7));
+        assert_eq!(st.decide(read(Some(205), true), t, 10, true), TickAction::CarryForward(7));
         assert!(!st.needs_cpu_check(t + MS, true));
-        assert_eq!(st.decide(None, false, t + MS, 10, true), TickAction::CarryForward(7));
+        assert_eq!(st.decide(read(None, false), t + MS, 10, true), TickAction::CarryForward(7));
         assert!(st.needs_cpu_check(t + LONG_IDLE_CHECK_NS, true));
         // It woke up: captured, and checked every tick again.
-        assert_eq!(st.decide(Some(9_000), true, t + LONG_IDLE_CHECK_NS, 10, true), TickAction::Capture);
+        assert_eq!(st.decide(read(Some(9_000), true), t + LONG_IDLE_CHECK_NS, 10, true), TickAction::Capture);
         assert!(st.needs_cpu_check(t + LONG_IDLE_CHECK_NS + MS, true));
         // With the idle rule off, every tick captures and reads the clock.
         let mut st = ThreadState::new(0, 0);
         st.last_stack = Some(1);
         assert!(st.needs_cpu_check(10 * LONG_IDLE_NS, false));
-        assert_eq!(st.decide(Some(0), true, 10 * LONG_IDLE_NS, 10, false), TickAction::Capture);
+        assert_eq!(st.decide(read(Some(0), true), 10 * LONG_IDLE_NS, 10, false), TickAction::Capture);
+        // A clock that lags a running thread: seen on a CPU, it is captured.
+        let mut st = ThreadState::new(0, 0);
+        assert_eq!(st.decide(read(Some(100), true), MS, 10, true), TickAction::Capture);
+        st.last_stack = Some(3);
+        assert_eq!(st.decide(read(Some(100), true), 2 * MS, 10, true), TickAction::CarryForward(3));
+        let running = Reading { cpu: Some(100), checked: true, running: true };
+        assert_eq!(st.decide(running, 3 * MS, 10, true), TickAction::Capture);
     }
 
     #[test]

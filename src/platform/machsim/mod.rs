@@ -672,6 +672,11 @@ fn time_value(ns: u64) -> time_value_t {
     time_value_t { seconds: (ns / 1_000_000_000) as c_int, microseconds: ((ns % 1_000_000_000) / 1000) as c_int }
 }
 
+/// Test knob: `thread_info` reports no CPU time at all, as XNU does for a
+/// thread that has run on its own core since its last context switch (its
+/// counters are updated then); the run state still tells it runs.
+pub static CPU_CLOCK_LAGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub unsafe fn thread_info(
     name: thread_act_t,
     flavor: c_uint,
@@ -722,6 +727,7 @@ pub unsafe fn thread_info(
         _ if total > before => TH_STATE_RUNNING,
         _ => TH_STATE_WAITING,
     };
+    let (total, user) = if CPU_CLOCK_LAGS.load(Ordering::Relaxed) { (0, 0) } else { (total, user) };
     // SAFETY: `out` has room for `want` words (checked above).
     unsafe {
         match flavor {

@@ -422,6 +422,8 @@ pub struct MachBackend {
     exits_epoch: usize,
     /// Set on the sampler thread's backend by `prepare_sampler_thread`.
     is_sampler: bool,
+    /// Whether the thread of the last `thread_cpu_ns` was on a CPU.
+    last_read_running: bool,
 }
 
 impl MachBackend {
@@ -451,6 +453,7 @@ impl MachBackend {
             found: Vec::with_capacity(64),
             gone: Vec::with_capacity(16),
             exits_epoch: EXITS.epoch(),
+            last_read_running: false,
             is_sampler: false,
         };
         // The first call seeds the table with the threads that existed
@@ -663,9 +666,17 @@ impl Backend for MachBackend {
         }
     }
 
+    fn running_at_last_cpu_read(&self) -> bool {
+        self.last_read_running
+    }
+
     fn thread_cpu_ns(&mut self, thread: &ThreadEntry) -> Result<Option<u64>, ThreadGone> {
-        match threads::cpu_ns(thread.handle as u32) {
-            Ok(ns) => Ok(Some(ns)),
+        self.last_read_running = false;
+        match threads::cpu_and_state(thread.handle as u32) {
+            Ok((ns, running)) => {
+                self.last_read_running = running;
+                Ok(Some(ns))
+            }
             Err(e) if e.thread_gone() => {
                 self.note_gone(thread.tid, thread.handle as u32);
                 Err(ThreadGone)

@@ -34,6 +34,7 @@ fn serial() -> MutexGuard<'static, ()> {
     let g = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     faults::clear();
     machsim::pthread::EXIT_DELAY_NS.store(0, Ordering::SeqCst);
+    machsim::CPU_CLOCK_LAGS.store(false, Ordering::SeqCst);
     crate::sampler::stopped_window::set_enabled(true);
     machsim::audit::set_owner(hook::owned_rights);
     g
@@ -852,4 +853,20 @@ fn empty_macho_header() -> [u8; 32] {
     let mut h = [0u8; 32];
     h[..4].copy_from_slice(&0xfeed_facf_u32.to_le_bytes());
     h
+}
+
+#[test]
+fn wall_mode_captures_a_running_thread_whose_cpu_clock_lags() {
+    let _g = serial();
+    let b = busy();
+    machsim::CPU_CLOCK_LAGS.store(true, Ordering::SeqCst);
+    let (rec, _) = run_session_in(Mode::Wall, 2.0, 600);
+    machsim::CPU_CLOCK_LAGS.store(false, Ordering::SeqCst);
+    let tid = b.finish();
+    let (n, deepest) = captured(&rec, tid);
+    // About 300 ticks: without the run state, the first would be captured
+    // and every later one carried forward as idle.
+    assert!(n as u64 * 2 > rec.stats.ticks, "{n} of {} ticks captured", rec.stats.ticks);
+    assert!(deepest >= 12, "{deepest}");
+    assert_audit_clean();
 }

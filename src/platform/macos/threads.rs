@@ -58,6 +58,17 @@ pub fn thread_tid(port: mach_port_t) -> u64 {
 
 /// User plus system CPU time, or the `kern_return_t` of the failure.
 pub fn cpu_ns(port: mach_port_t) -> Result<u64, KernelError> {
+    cpu_and_state(port).map(|(ns, _)| ns)
+}
+
+/// `run_state` of a thread on a CPU now.
+const TH_STATE_RUNNING: i32 = 1;
+
+/// As [`cpu_ns`], and whether the thread is on a CPU. The kernel adds a
+/// thread's time to its counters at context switches, so a thread that has
+/// run on its own core since its last one shows no progress: its run state
+/// says it runs.
+pub fn cpu_and_state(port: mach_port_t) -> Result<(u64, bool), KernelError> {
     // SAFETY: plain data; all-zero is valid.
     let mut info: sys::thread_basic_info = unsafe { std::mem::zeroed() };
     let mut count = sys::THREAD_BASIC_INFO_COUNT;
@@ -72,7 +83,8 @@ pub fn cpu_ns(port: mach_port_t) -> Result<u64, KernelError> {
     };
     kr.into_result()?;
     let (u, s) = (info.user_time, info.system_time);
-    Ok(basic_info_cpu_ns((u.seconds, u.microseconds), (s.seconds, s.microseconds)))
+    let running = info.run_state as i32 == TH_STATE_RUNNING;
+    Ok((basic_info_cpu_ns((u.seconds, u.microseconds), (s.seconds, s.microseconds)), running))
 }
 
 /// The thread's name as the kernel has it (`pthread_setname_np` stores it

@@ -35,6 +35,7 @@
 
 pub mod breakpad;
 pub mod demangle;
+pub mod dwarf;
 pub mod dyld_cache;
 pub mod elf;
 pub mod jit_history;

@@ -91,7 +91,7 @@ pub struct ModuleSymbols {
     /// whose names would then be missing from between the starts.
     trust_starts: bool,
     demangled: FxHashMap<u32, String>,
-    dwarf: Option<addr2line::Loader>,
+    dwarf: Option<super::dwarf::Dwarf>,
     breakpad: Option<(BreakpadFile, u64)>,
     /// Function start -> (file, line), cached.
     decl: FxHashMap<u64, (String, u32)>,
@@ -338,7 +338,7 @@ impl ModuleSymbols {
             bounds.starts.sort_unstable();
             bounds.starts.dedup();
         }
-        let dwarf = dwarf_path.and_then(|p| addr2line::Loader::new(p).ok());
+        let dwarf = dwarf_path.and_then(|p| super::dwarf::Dwarf::open(&p, macho::uuid_from_hex(&build_id)));
         ModuleSymbols {
             syms,
             names: b.names,
@@ -396,8 +396,8 @@ impl ModuleSymbols {
         if svma == u64::MAX {
             return None;
         }
-        if let Some(loc) = self.dwarf.as_ref().and_then(|d| d.find_location(svma).ok().flatten()) {
-            return Some((loc.file.unwrap_or("").to_string(), loc.line.unwrap_or(0)));
+        if let Some(loc) = self.dwarf.as_ref().and_then(|d| d.location(svma)) {
+            return Some(loc);
         }
         let (sym, base) = self.breakpad.as_ref()?;
         let l = sym.line_at(svma.wrapping_sub(*base))?;
@@ -410,14 +410,7 @@ impl ModuleSymbols {
         if svma == u64::MAX {
             return None;
         }
-        let mut frames = self.dwarf.as_ref()?.find_frames(svma).ok()?;
-        let mut name = None;
-        while let Ok(Some(f)) = frames.next() {
-            if let Some(n) = f.function.and_then(|n| n.raw_name().ok().map(|r| r.into_owned())) {
-                name = Some(n);
-            }
-        }
-        name.map(|n| demangle(&n))
+        self.dwarf.as_ref()?.outermost_function(svma).map(|n| demangle(&n))
     }
 
     fn named(&mut self, start: u64, name: String, svma: u64) -> Lookup {
@@ -677,7 +670,7 @@ mod tests {
     }
 
     /// A universal binary is read through the slice that ran, for its
-    /// symbols and for its universal dSYM's.
+    /// symbols and for its universal dSYM's symbols and lines.
     #[test]
     fn universal_binaries_name_the_slice_that_ran() {
         let tmp = tempdir("universal");
@@ -707,10 +700,21 @@ mod tests {
                 let p = tmp.join(dir).join("libfx.dylib").to_string_lossy().into_owned();
                 let r = ModuleRef { path: &p, build_id: &uuid, image_base: 0, macho: true };
                 let mut m = ModuleSymbols::load_with(&r, &dirs, &mut |w| panic!("{w}"));
+                // The thin library with its thin dSYM: the lines to expect.
+                let base = fixture(&format!("macho/zig-{arch}"));
+                let mut thin_dsym = load_macho(&base.join("stripped/libfx.dylib"), &[base.join("dsym")]);
+                let mut with_lines = 0;
                 for (name, start) in &functions {
-                    let (hit, _) = named(m.lookup(*start));
+                    let (hit, line) = named(m.lookup(*start));
                     assert_eq!((&hit.name, hit.start), (name, *start), "{arch} {dir}");
+                    if dir == "stripped" {
+                        // The universal dSYM's DWARF: the same file and line.
+                        let (want, want_line) = named(thin_dsym.lookup(*start));
+                        assert_eq!((&hit.file, line), (&want.file, want_line), "{arch} {name}");
+                        with_lines += hit.file.ends_with("lib.c") as usize;
+                    }
                 }
+                assert!(dir != "stripped" || with_lines > 0, "{arch}: no line from the dSYM");
             }
         }
         std::fs::remove_dir_all(&tmp).unwrap();

@@ -34,8 +34,14 @@ pub fn macho_commands_len(header: &[u8]) -> Option<usize> {
     if u32_at(header, 0)? != MH_MAGIC_64 {
         return None;
     }
-    MACH_HEADER_64_SIZE.checked_add(u32_at(header, 20)? as usize)
+    let commands = u32_at(header, 20)? as usize;
+    // Far beyond any real image's (tens of KiB): a header torn or reused
+    // while being read must not size a copy of gigabytes.
+    (commands <= MAX_COMMANDS_BYTES).then_some(MACH_HEADER_64_SIZE + commands)
 }
+
+/// The most load-command bytes an image is taken to have.
+const MAX_COMMANDS_BYTES: usize = 16 << 20;
 
 /// Calls `f(cmd, body)` for each load command of a 64-bit little-endian
 /// Mach-O image (`body` includes the command's own 8-byte head). None if
@@ -188,6 +194,10 @@ mod tests {
             uuid,
         ]);
         assert_eq!(macho_commands_len(&img), Some(img.len()));
+        // A torn header's size sizes no copy.
+        let mut torn = img.clone();
+        torn[20..24].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+        assert_eq!(macho_commands_len(&torn), None);
         let parsed = parse_macho(&img).unwrap();
         assert_eq!(parsed, MachImage { start: 0x1_0000_0000, end: 0x1_0000_8000, uuid: Some([0xab; 16]) });
     }

@@ -709,9 +709,13 @@ impl Backend for MachBackend {
                 // sampler already leaves its own thread out.)
                 continue;
             }
-            if entry.name.as_bytes() == SAMPLER_THREAD_NAME.as_bytes() {
-                // Another copy's sampler: were it suspending us meanwhile,
-                // each would wait for the other's resume forever.
+            // Another copy's sampler: were it suspending us meanwhile, each
+            // would wait for the other's resume forever. A thread found
+            // before it named itself is asked its name again.
+            let sampler = |name: &[u8]| name == SAMPLER_THREAD_NAME.as_bytes();
+            if sampler(entry.name.as_bytes())
+                || (entry.name.as_bytes().is_empty() && threads::name(port).is_some_and(|n| sampler(n.as_bytes())))
+            {
                 continue;
             }
             if EXITS.may_have_exited(tid, self.exits_epoch) {

@@ -197,7 +197,8 @@ export interface ModuleInfo {
 
 /**
  * The maps {@link noteSourceMap} was given in this process, on every
- * thread: `[script, map]` pairs, for `machsampler record` to symbolize in
+ * thread, and those V8 reported inline in scripts compiled from text that
+ * is not their file's: `[script, map]` pairs, for `machsampler record` to symbolize in
  * its own process.
  */
 export declare function notedSourceMaps(): Array<[string, string]>

@@ -347,6 +347,49 @@ describe('source maps', () => {
     })
   }
 
+  // Every JavaScript function of a recorded profile named `fn (`, as
+  // `file:line` and the name's location.
+  const placesOf = (profile, fn) => {
+    const fns = profile.symbols.functions
+    const out = new Set()
+    for (let f = 0; f < fns.name.length; f++) if (fns.name[f].startsWith(`${fn} (`)) out.add(`${fns.file[f]}:${fns.line[f]} ${fns.name[f].replace(/:\d+\)$/, ')')}`)
+    return [...out]
+  }
+  const LOADER = path.join(FIX, 'sourcemap', 'loader')
+  const appLine = (needle) => fs.readFileSync(path.join(LOADER, 'app.ts'), 'utf8').split('\n').findIndex((l) => l.includes(needle)) + 1
+
+  test('machsampler record: TypeScript from an ESM load hook (as tsx runs it), at its .ts lines', () => {
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-esmts-'))
+    const out = path.join(tmp, 'esm.machprof')
+    const app = path.join(LOADER, 'app.ts')
+    const args = ['record', '-q', '-o', out, '--', process.execPath, '--import', path.join(LOADER, 'register.mjs'), app, '1200']
+    const rec = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60000 })
+    expect(rec.status).toBe(0)
+    const p = ms.loadProfile(out)
+    for (const fn of ['fibonacci', 'spin']) {
+      const line = appLine(`function ${fn}(`)
+      expect(placesOf(p, fn)).toEqual([`${app}:${line} ${fn} (${app}:${line})`])
+    }
+    fs.rmSync(tmp, { recursive: true, force: true })
+  })
+
+  test("machsampler record: evaluated code with an inline map (a bundler's eval-source-map build) at its original lines, inlined functions too", () => {
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-evalmap-'))
+    const out = path.join(tmp, 'eval.machprof')
+    const rec = spawnSync(process.execPath, [CLI, 'record', '-q', '-o', out, '--', process.execPath, path.join(LOADER, 'eval.js'), '1200'], {
+      encoding: 'utf8',
+      timeout: 60000,
+    })
+    expect(rec.status).toBe(0)
+    const p = ms.loadProfile(out)
+    const url = 'webpack://app/./src/app.ts'
+    for (const fn of ['fibonacci', 'spin']) {
+      const line = appLine(`function ${fn}(`)
+      expect(placesOf(p, fn)).toEqual([`${url}:${line} ${fn} (${url}:${line})`])
+    }
+    fs.rmSync(tmp, { recursive: true, force: true })
+  })
+
   test('machsampler record: TypeScript transpiled in memory, in the main thread and a worker, at its .ts lines', () => {
     const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-tsmem-'))
     const script = path.join(tmp, 'run-ts.js')

@@ -148,15 +148,16 @@ pub fn symbolicate<'env>(
 /// symbolizations.
 #[napi(js_name = "noteSourceMap")]
 pub fn note_source_map(script: String, map: String) -> Result<(), &'static str> {
-    crate::symbols::source_map::note_compiled(&script, &map).map_err(einval)
+    crate::v8::script_maps::note(&script, &map).map_err(einval)
 }
 
 /// The maps {@link noteSourceMap} was given in this process, on every
-/// thread: `[script, map]` pairs, for `machsampler record` to symbolize in
+/// thread, and those V8 reported inline in scripts compiled from text that
+/// is not their file's: `[script, map]` pairs, for `machsampler record` to symbolize in
 /// its own process.
 #[napi(js_name = "notedSourceMaps", ts_return_type = "Array<[string, string]>")]
 pub fn noted_source_maps() -> Vec<Vec<String>> {
-    crate::symbols::source_map::noted_compiled().into_iter().map(|(s, m)| vec![s, m]).collect()
+    crate::v8::script_maps::all().into_iter().map(|(s, m)| vec![s, m]).collect()
 }
 
 /// A symbol file to download (see `symbolDownloads`).

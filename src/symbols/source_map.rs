@@ -24,9 +24,6 @@ use crate::profile::{Function, FunctionKind};
 /// that size is rarely useful, and reading it costs).
 const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 const MAX_MAP_BYTES: u64 = 256 << 20;
-/// All maps of scripts compiled in memory, together: what a process keeps
-/// for naming its frames is bounded.
-const MAX_NOTED_BYTES: u64 = 256 << 20;
 
 type Loaded = Result<Option<Arc<ScriptMap>>, String>;
 /// Script path -> (its modification time and size, its map).
@@ -49,53 +46,13 @@ pub struct ScriptMap {
 /// its name (`name = (a, b) =>` puts the name a few entries back).
 const NAME_LOOKBACK: usize = 12;
 
-/// Maps of scripts compiled from text that is not their file's (a
-/// TypeScript or JSX loader transpiling in memory): script path -> the
-/// map's `data:` URL, as the program's loader inlined it.
-type Compiled = Mutex<Noted>;
-
-#[derive(Default)]
-struct Noted {
-    maps: HashMap<String, Arc<str>>,
-    bytes: usize,
-}
-
-fn compiled() -> &'static Compiled {
-    static COMPILED: OnceLock<Compiled> = OnceLock::new();
-    COMPILED.get_or_init(Default::default)
-}
-
-/// Notes the map of a script compiled in memory, for every later
-/// symbolization in this process. Used when the script's file names no
-/// map of its own. A map noted again for the same script replaces it.
-pub fn note_compiled(script: &str, map: &str) -> Result<(), String> {
-    if script.is_empty() || !map.starts_with("data:") || map.len() as u64 > MAX_MAP_BYTES {
-        return Err(format!("a source map needs a script path and a data: URL of at most {} MiB", MAX_MAP_BYTES >> 20));
-    }
-    let mut noted = compiled().lock().unwrap_or_else(|e| e.into_inner());
-    let replaced = noted.maps.get(script).map_or(0, |m| m.len());
-    let bytes = noted.bytes - replaced + map.len();
-    if bytes as u64 > MAX_NOTED_BYTES {
-        return Err(format!("maps of scripts compiled in memory are kept up to {} MiB", MAX_NOTED_BYTES >> 20));
-    }
-    noted.maps.insert(script.to_string(), Arc::from(map));
-    noted.bytes = bytes;
-    Ok(())
-}
-
-/// Every map noted in this process: (script path, map).
-pub fn noted_compiled() -> Vec<(String, String)> {
-    let noted = compiled().lock().unwrap_or_else(|e| e.into_inner());
-    noted.maps.iter().map(|(script, map)| (script.clone(), map.to_string())).collect()
-}
-
-/// The map noted for a script compiled in memory.
-fn load_compiled(url: &str, path: &Path) -> Loaded {
-    let Some(text) = compiled().lock().unwrap_or_else(|e| e.into_inner()).maps.get(url).cloned() else {
-        return Ok(None);
-    };
+/// The map noted for a script compiled in memory. Relative sources are
+/// resolved from the script's directory, or kept as written for a script
+/// that is no local file (`webpack://app/./src/a.js`).
+fn load_compiled(url: &str, path: Option<&Path>) -> Loaded {
+    let Some(text) = crate::v8::script_maps::get(url) else { return Ok(None) };
     let map = decode_inline(&text)?;
-    let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let dir = path.map_or_else(PathBuf::new, |p| p.parent().unwrap_or(Path::new("/")).to_path_buf());
     // The compiled text is not kept: names come from V8 and the map.
     Ok(Some(Arc::new(ScriptMap { map, dir, script: sourcemap::SourceView::from_string(String::new()) })))
 }
@@ -354,11 +311,17 @@ fn has_scheme(s: &str) -> bool {
     })
 }
 
-/// `url:line:column` split, if it has both numbers.
+/// `url:line:column` split. V8 10.2 names functions `url:line`, without
+/// the column: the column is then the line's end, whose mapping is the
+/// line's last (`{` of `function f(a: number) {`).
 fn split_position(location: &str) -> Option<(&str, u32, u32)> {
-    let (rest, col) = location.rsplit_once(':')?;
-    let (url, line) = rest.rsplit_once(':')?;
-    Some((url, line.parse().ok()?, col.parse().ok()?))
+    let number = |s: &str| s.parse::<u32>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
+    let (rest, last) = location.rsplit_once(':')?;
+    let last = number(last)?;
+    match rest.rsplit_once(':') {
+        Some((url, line)) if number(line).is_some() => Some((url, number(line)?, last)),
+        _ => Some((rest, last, u32::MAX)),
+    }
 }
 
 impl SourceMaps {
@@ -366,22 +329,26 @@ impl SourceMaps {
         if let Some(m) = self.by_script.get(url) {
             return m.clone();
         }
-        let map = script_path(url).and_then(|p| {
-            match cached_load(&p).and_then(|m| match m {
+        let loaded = match script_path(url) {
+            Some(p) => cached_load(&p).and_then(|m| match m {
                 Some(m) => Ok(Some(m)),
-                None => load_compiled(url, &p),
-            }) {
-                Ok(m) => m,
-                // A package that names a map it does not ship (common in
-                // node_modules, npm's own included): nothing the user can
-                // act on, so nothing is said.
-                Err(e) if is_installed_package(&p) && e.contains("No such file") => None,
-                Err(e) => {
-                    warn(format!("{e}; functions of {url} are shown at their compiled positions"));
-                    None
-                }
+                None => load_compiled(url, Some(&p)),
+            }),
+            // Evaluated code named by its `//# sourceURL`: its map, if any,
+            // came inline with it.
+            None => load_compiled(url, None),
+        };
+        let map = match loaded {
+            Ok(m) => m,
+            // A package that names a map it does not ship (common in
+            // node_modules, npm's own included): nothing the user can act
+            // on, so nothing is said.
+            Err(e) if script_path(url).is_some_and(|p| is_installed_package(&p)) && e.contains("No such file") => None,
+            Err(e) => {
+                warn(format!("{e}; functions of {url} are shown at their compiled positions"));
+                None
             }
-        });
+        };
         self.by_script.insert(url.to_string(), map.clone());
         map
     }
@@ -467,6 +434,9 @@ mod tests {
                 let want = ts_line_of(&ts, &format!("function {func}"));
                 assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), want), "{how}: {func}");
                 assert!(f.name.starts_with(&format!("{func} ({}:{want}:", ts.display())), "{}", f.name);
+                // V8 10.2's name has the line only.
+                let (f, _) = map_all(&format!("LazyCompile:*{func} {}:{line}", js.display()));
+                assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), want), "{how}: {func}, line only");
             }
         }
     }
@@ -482,11 +452,10 @@ mod tests {
         let (line, col) = position_of(&js, "function fibonacci");
         let raw = format!("JS:*fibonacci {}:{line}:{}", ts.display(), col + 1);
         assert_eq!(map_all(&raw).0.line, line, "nothing noted: the compiled position");
-        note_compiled(ts.to_str().unwrap(), map_reference(text.as_bytes()).unwrap().as_str()).unwrap();
+        crate::v8::script_maps::note(ts.to_str().unwrap(), map_reference(text.as_bytes()).unwrap().as_str()).unwrap();
         let (f, w) = map_all(&raw);
         assert!(w.is_empty(), "{w:?}");
         assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), ts_line_of(&ts, "function fibonacci")));
-        assert!(note_compiled("", "data:,{}").is_err() && note_compiled("/a.ts", "{}").is_err());
     }
 
     #[test]
@@ -625,6 +594,8 @@ mod tests {
         assert_eq!(normalize(Path::new("/a/b/../c/./d.ts")), PathBuf::from("/a/c/d.ts"));
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(split_position("/a.js:3:13"), Some(("/a.js", 3, 13)));
-        assert_eq!(split_position("/a.js:3"), None);
+        assert_eq!(split_position("/a.js:3"), Some(("/a.js", 3, u32::MAX)));
+        assert_eq!(split_position("VM12"), None);
+        assert_eq!(split_position("webpack://app/a.js:3:1"), Some(("webpack://app/a.js", 3, 1)));
     }
 }

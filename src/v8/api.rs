@@ -75,6 +75,9 @@ pub struct SourceUrlApi {
     utf8_new: unsafe extern "C" fn(this: *mut Utf8Value, isolate: *mut Isolate, value: *const c_void, options: i32),
     /// `v8::String::Utf8Value::~Utf8Value()`.
     utf8_drop: unsafe extern "C" fn(this: *mut Utf8Value),
+    /// `v8::Local<v8::Value> v8::UnboundScript::GetSourceMappingURL()`: a
+    /// string, or undefined.
+    get_source_mapping_url: Option<unsafe extern "C" fn(this: *const c_void) -> *const c_void>,
 }
 
 /// Room for a `v8::String::Utf8Value` (`char* str_` then its length, 16
@@ -98,28 +101,64 @@ impl Api {
         // SAFETY: per the contract, `script` is a live Local<UnboundScript>
         // on its isolate's thread; the result is a Local in the open scope.
         let url = unsafe { (f.get_source_url)(script) };
+        // SAFETY: per the contract; `url` is a Local of the open scope.
+        unsafe {
+            f.with_string(isolate, url, |bytes| {
+                out.get_mut(..bytes.len()).map(|o| {
+                    o.copy_from_slice(bytes);
+                    bytes.len()
+                })
+            })
+        }
+        .flatten()
+    }
+
+    /// The `//# sourceMappingURL` of `script` (a `Local<UnboundScript>`),
+    /// if it has one.
+    ///
+    /// # Safety
+    /// As [`Api::source_url`].
+    pub unsafe fn source_mapping_url(&self, isolate: *mut Isolate, script: *const c_void) -> Option<String> {
+        let f = self.source_url_api.as_ref()?;
+        let get = f.get_source_mapping_url?;
+        // SAFETY: per the contract, as in `source_url`.
+        let url = unsafe { get(script) };
+        // SAFETY: per the contract; `url` is a Local of the open scope.
+        unsafe { f.with_string(isolate, url, |bytes| String::from_utf8_lossy(bytes).into_owned()) }
+    }
+}
+
+impl SourceUrlApi {
+    /// Calls `f` with the UTF-8 bytes of `value` if it is a string.
+    ///
+    /// # Safety
+    /// On `isolate`'s thread with a HandleScope open; `value` is null or a
+    /// Local<Value> of that scope.
+    unsafe fn with_string<T>(
+        &self,
+        isolate: *mut Isolate,
+        value: *const c_void,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Option<T> {
         // SAFETY: a non-null Local<Value> of the open scope.
-        if url.is_null() || !unsafe { (f.is_string)(url) } {
+        if value.is_null() || !unsafe { (self.is_string)(value) } {
             return None;
         }
-        let mut value = Utf8Value { str: std::ptr::null(), rest: [0; 7] };
-        // SAFETY: `value` has room for a Utf8Value; `url` is a string, so
+        let mut utf8 = Utf8Value { str: std::ptr::null(), rest: [0; 7] };
+        // SAFETY: `utf8` has room for a Utf8Value; `value` is a string, so
         // the constructor converts it without calling JavaScript (and
         // without a context); the destructor below frees what it made.
-        unsafe { (f.utf8_new)(&mut value, isolate, url, REPLACE_INVALID_UTF8) };
-        let copied = if value.str.is_null() {
+        unsafe { (self.utf8_new)(&mut utf8, isolate, value, REPLACE_INVALID_UTF8) };
+        let out = if utf8.str.is_null() {
             None
         } else {
-            // SAFETY: Utf8Value's buffer is NUL-terminated UTF-8.
-            let bytes = unsafe { CStr::from_ptr(value.str) }.to_bytes();
-            out.get_mut(..bytes.len()).map(|o| {
-                o.copy_from_slice(bytes);
-                bytes.len()
-            })
+            // SAFETY: Utf8Value's buffer is NUL-terminated UTF-8, alive
+            // until the destructor.
+            Some(f(unsafe { CStr::from_ptr(utf8.str) }.to_bytes()))
         };
         // SAFETY: constructed above, destroyed once.
-        unsafe { (f.utf8_drop)(&mut value) };
-        copied
+        unsafe { (self.utf8_drop)(&mut utf8) };
+        out
     }
 }
 
@@ -157,6 +196,7 @@ pub const SYM_NODE_GET_CURRENT_EVENT_LOOP: &CStr = c"_ZN4node19GetCurrentEventLo
 pub const SYM_NODE_ADD_ENV_CLEANUP_HOOK: &CStr = c"_ZN4node25AddEnvironmentCleanupHookEPN2v87IsolateEPFvPvES3_";
 pub const SYM_UNBOUND_SCRIPT_GET_ID: &CStr = c"_ZNK2v813UnboundScript5GetIdEv";
 pub const SYM_UNBOUND_SCRIPT_GET_SOURCE_URL: &CStr = c"_ZN2v813UnboundScript12GetSourceURLEv";
+pub const SYM_UNBOUND_SCRIPT_GET_SOURCE_MAPPING_URL: &CStr = c"_ZN2v813UnboundScript19GetSourceMappingURLEv";
 pub const SYM_VALUE_FULL_IS_STRING: &CStr = c"_ZNK2v85Value12FullIsStringEv";
 pub const SYM_UTF8_VALUE_NEW: &CStr = c"_ZN2v86String9Utf8ValueC1EPNS_7IsolateENS_5LocalINS_5ValueEEE";
 /// V8 12.9 to 13.x: the same with a `String::WriteOptions` argument.
@@ -266,6 +306,9 @@ fn resolve() -> Result<Api, Unavailable> {
                     utf8_drop: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut Utf8Value)>(
                         lookup(SYM_UTF8_VALUE_DROP).ok()?,
                     ),
+                    get_source_mapping_url: lookup(SYM_UNBOUND_SCRIPT_GET_SOURCE_MAPPING_URL).ok().map(|p| {
+                        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> *const c_void>(p)
+                    }),
                 })
             })(),
         })

@@ -18,7 +18,7 @@ use super::abi::{jit_code_type, jit_event, JitCodeEvent, JIT_CODE_EVENT_DEFAULT,
 use super::api::{api, api_if_resolved, Api, CodeRange, Isolate};
 use super::codemap::{CodeKind, CodeMap};
 use super::registry::{self, Registered};
-use super::unnamed_scripts;
+use super::{script_maps, unnamed_scripts};
 
 /// The clock of code events, which must be the clock of sample timestamps:
 /// `CLOCK_MONOTONIC` on Linux (the signal handler's), and on macOS
@@ -307,12 +307,16 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
                         let n = unsafe { api.source_url(e.isolate, e.script, &mut buf[..]) };
                         // SAFETY: as above.
                         let id = api.unbound_script_get_id.map_or(-1, |get_id| unsafe { get_id(e.script) });
-                        unnamed_scripts::Script { source_url: n.map(|n| &buf[..n]), id }
+                        let script = unnamed_scripts::Script { source_url: n.map(|n| &buf[..n]), id };
+                        unnamed_scripts::remember(e.isolate as usize, &script);
+                        script
                     };
-                    match unnamed_scripts::with_script_url(bytes, script, &mut renamed) {
+                    let bytes = match unnamed_scripts::with_script_url(bytes, script, &mut renamed) {
                         Some(n) => &renamed[..n],
                         None => bytes,
-                    }
+                    };
+                    note_inline_map(api, e, bytes);
+                    bytes
                 }
                 _ => bytes,
             };
@@ -327,6 +331,30 @@ extern "C" fn on_jit_event(event: *const JitCodeEvent) {
         // Line-position events are not requested and not needed: names
         // carry line and column.
         _ => {}
+    }
+}
+
+/// Notes the inline source map of the script of a code event's function
+/// named `name`, the first time this thread sees the script (see
+/// [`script_maps`]).
+fn note_inline_map(api: &Api, e: &JitCodeEvent, name: &[u8]) {
+    if !script_maps::may_be_worth_noting(name) {
+        return;
+    }
+    let Some(get_id) = api.unbound_script_get_id else { return };
+    // SAFETY: `e.script` is a Local<UnboundScript> valid during the
+    // callback, on the isolate's thread (see the caller).
+    let id = unsafe { get_id(e.script) };
+    if id < 0 || !script_maps::first_sight(e.isolate as usize, id) {
+        return;
+    }
+    let Some(url) = script_maps::worth_noting(&String::from_utf8_lossy(name)) else { return };
+    // SAFETY: as above; the call may make handles in the callback's scope.
+    let Some(map) = (unsafe { api.source_mapping_url(e.isolate, e.script) }) else { return };
+    if map.starts_with("data:") {
+        // Too large, or over the total: those functions keep their compiled
+        // positions.
+        let _ = script_maps::note(&url, &map);
     }
 }
 

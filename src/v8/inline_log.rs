@@ -23,6 +23,8 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
+use super::unnamed_scripts::{with_script_url, Script};
+
 /// The environment variable that names the `--logfile` of a process run
 /// with V8's `--log-code` and `--logfile-per-isolate` into a directory of
 /// its own (`machsampler record` sets both).
@@ -72,12 +74,17 @@ pub struct InlineLog {
 
 /// What reading a log in order keeps: the functions' names by
 /// SharedFunctionInfo address, and the last code object created at each
-/// address.
+/// address (size, name, SharedFunctionInfo).
 #[derive(Default)]
 struct LogState {
     sfi_names: FxHashMap<u64, String>,
-    created: FxHashMap<u64, (u64, String)>,
+    created: FxHashMap<u64, (u64, String, Option<u64>)>,
 }
+
+/// For a script id of the log's isolate: None if unknown, else the
+/// `//# sourceURL` the sampler showed that script without a name under
+/// (None: its id). See [`super::unnamed_scripts`].
+type ScriptUrl<'a> = &'a dyn Fn(i32) -> Option<Option<String>>;
 
 /// Upper bound on the functions one chain can hold (a corrupt log must not
 /// make a loop).
@@ -109,8 +116,12 @@ impl InlineLog {
                 let mut reader = std::io::BufReader::new(file);
                 let mut line = Vec::new();
                 let mut state = LogState::default();
+                // Scripts are known for isolates still alive, which own
+                // their address (see `set_aside`).
+                let isolate = f.file_name().and_then(|n| n.to_str()).and_then(|n| live_isolate(n, pid));
+                let script_url = |id| isolate.and_then(|i| super::unnamed_scripts::url_of(i, id));
                 while matches!(std::io::BufRead::read_until(&mut reader, b'\n', &mut line), Ok(n) if n > 0) {
-                    log.line(&mut state, String::from_utf8_lossy(&line).trim_end());
+                    log.line(&mut state, &script_url, String::from_utf8_lossy(&line).trim_end());
                     line.clear();
                 }
             }
@@ -121,14 +132,20 @@ impl InlineLog {
     /// Takes in one log's text. Lines it does not know, or cannot parse,
     /// are skipped.
     pub fn parse(&mut self, text: &str) {
+        self.parse_with(text, &|_| None);
+    }
+
+    /// As [`InlineLog::parse`], with what the sampler knows of the log's
+    /// isolate's scripts without a name.
+    fn parse_with(&mut self, text: &str, script_url: ScriptUrl) {
         let mut state = LogState::default();
         for line in text.lines() {
-            self.line(&mut state, line);
+            self.line(&mut state, script_url, line);
         }
     }
 
     /// Takes in one line of a log, read in order with `state`.
-    fn line(&mut self, state: &mut LogState, line: &str) {
+    fn line(&mut self, state: &mut LogState, script_url: ScriptUrl, line: &str) {
         let LogState { sfi_names, created } = state;
         let mut fields = line.split(',');
         match fields.next() {
@@ -141,10 +158,11 @@ impl InlineLog {
                     return;
                 };
                 let name = unescape(name);
-                if let Some(sfi) = f.get(6).and_then(|a| hex(a)) {
+                let sfi = f.get(6).and_then(|a| hex(a));
+                if let Some(sfi) = sfi {
                     sfi_names.insert(sfi, name.clone());
                 }
-                created.insert(addr, (size, name));
+                created.insert(addr, (size, name, sfi));
             }
             Some("sfi-move") => {
                 let f: Vec<&str> = fields.collect();
@@ -173,10 +191,21 @@ impl InlineLog {
                 else {
                     return;
                 };
+                let Some((size, name, sfi)) = created.get(&addr) else { return };
+                // A function of a script without a name: the URL the
+                // sampler's code events gave it, for when it is inlined.
+                if let (Some(sfi), Some(Ok(id))) = (sfi, f.get(1).map(|i| i.parse::<i32>())) {
+                    if let (Some(url), Some(named)) = (script_url(id), sfi_names.get_mut(sfi)) {
+                        let mut out = [0u8; 1024];
+                        let script = || Script { source_url: url.as_deref().map(str::as_bytes), id };
+                        if let Some(n) = with_script_url(named.as_bytes(), script, &mut out) {
+                            *named = String::from_utf8_lossy(&out[..n]).into_owned();
+                        }
+                    }
+                }
                 if inlinings.is_empty() {
                     return; // Nothing inlined.
                 }
-                let Some((size, name)) = created.get(&addr) else { return };
                 let functions: Vec<String> = split_tagged(functions, 'S')
                     .map(|a| hex(a).and_then(|a| sfi_names.get(&a).cloned()).unwrap_or_default())
                     .collect();
@@ -268,8 +297,17 @@ fn hex(s: &str) -> Option<u64> {
     u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
 }
 
+/// The isolate address of a per-isolate log of process `pid`
+/// (`isolate-0x5581d3c0-<pid>-<name>`), unless set aside (`-ended<n>-`).
+fn live_isolate(file: &str, pid: u32) -> Option<usize> {
+    let rest = file.strip_prefix("isolate-0x")?;
+    let (address, rest) = rest.split_once('-')?;
+    rest.strip_prefix(&format!("{pid}-"))?;
+    usize::from_str_radix(address, 16).ok()
+}
+
 /// V8's log escapes `,` and non-printable characters as `\x..` or
-/// `\u....`, and `\` as `\\`.
+/// `\u....`, a line break as `\n`, and `\` as `\\`.
 fn unescape(s: &str) -> String {
     if !s.contains('\\') {
         return s.to_string();
@@ -286,7 +324,7 @@ fn unescape(s: &str) -> String {
             Some('u') => 4,
             Some(other) => {
                 chars.next();
-                out.push(other);
+                out.push(if other == 'n' { '\n' } else { other });
                 continue;
             }
             None => {
@@ -384,5 +422,40 @@ code-source-info,0x7f71967c6340,78,141,211,C0O141C39O176C64O158C67O176C93O110I0C
         assert_eq!(unescape(r"a\\b"), r"a\b");
         assert_eq!(unescape(r"\u00e9t\xZZ"), "ét\\xZZ");
         assert_eq!(unescape("plain"), "plain");
+        assert_eq!(unescape(r"a\nb"), "a\nb");
+    }
+
+    #[test]
+    fn functions_of_unnamed_scripts_inlined_are_named_as_the_sampler_names_them() {
+        // Node 20, an eval with a sourceURL (script 130) and one without
+        // (131): `spin` inlines `fibonacci` in both.
+        let log = "\
+code-creation,JS,10,906762,0xa266,57,fibonacci :2:19,0xa10,~
+code-source-info,0xa266,130,216,303,,,
+code-creation,JS,13,907766,0x7f40,404,spin :10:14,0xa60,*
+code-source-info,0x7f40,130,317,503,C0O0C20O30I0C40O50,F0O30,S0xa10
+code-creation,JS,10,906762,0xb266,57,fibonacci :2:19,0xb10,~
+code-source-info,0xb266,131,216,303,C0O226,,
+code-creation,JS,13,907766,0x8f40,404,spin :10:14,0xb60,*
+code-source-info,0x8f40,131,317,503,C0O0C20O30I0C40O50,F0O30,S0xb10
+code-creation,JS,10,906762,0xc266,57,fibonacci :2:19,0xc10,~
+code-source-info,0xc266,132,216,303,C0O226,,
+code-creation,JS,13,907766,0x9f40,404,spin :10:14,0xc60,*
+code-source-info,0x9f40,132,317,503,C0O0C20O30I0C40O50,F0O30,S0xc10
+";
+        let mut parsed = InlineLog::default();
+        let known = |id| match id {
+            130 => Some(Some("webpack://app/./src/a.ts".to_string())),
+            131 => Some(None),
+            _ => None,
+        };
+        parsed.parse_with(log, &known);
+        assert_eq!(parsed.chain(0x7f40, 404, "spin :10:14", 25), ["fibonacci webpack://app/./src/a.ts:2:19"]);
+        assert_eq!(parsed.chain(0x8f40, 404, "spin :10:14", 25), ["fibonacci VM131:2:19"]);
+        // A script the sampler does not know: the name as V8 logged it.
+        assert_eq!(parsed.chain(0x9f40, 404, "spin :10:14", 25), ["fibonacci :2:19"]);
+        assert_eq!(live_isolate("isolate-0x5581d3c0-77-v8.log", 77), Some(0x5581d3c0));
+        assert_eq!(live_isolate("isolate-0x5581d3c0-ended3-77-v8.log", 77), None);
+        assert_eq!(live_isolate("isolate-0x5581d3c0-78-v8.log", 77), None);
     }
 }

@@ -32,6 +32,7 @@ pub mod registry;
 pub mod remap;
 pub mod resolve;
 pub mod sample;
+pub mod script_maps;
 pub mod slots;
 pub mod unnamed_scripts;
 
@@ -115,6 +116,7 @@ pub fn unregister_current_thread() {
     if let Some(reg) = registry::unregister(thread_id::current()) {
         events::on_unregistered(api, reg);
         inline_log::set_aside(reg.isolate);
+        unnamed_scripts::forget_isolate(reg.isolate);
     }
 }
 

@@ -9,6 +9,8 @@
 //! name back.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 /// The URL a script without a name is shown under.
 const PREFIX: &str = "VM";
@@ -66,6 +68,43 @@ pub fn with_script_url<'a>(name: &[u8], script: impl FnOnce() -> Script<'a>, out
     }
     w.write_all(&name[at..]).ok()?;
     Some(capacity - w.len())
+}
+
+/// (isolate address, script id) -> the `//# sourceURL` a script without a
+/// name was shown under (None: its id), while the isolate lives: for
+/// naming its functions where V8's log names them (inlined functions),
+/// which knows the script's id only.
+type Shown = Mutex<HashMap<(usize, i32), Option<Box<str>>>>;
+
+fn shown() -> &'static Shown {
+    static SHOWN: OnceLock<Shown> = OnceLock::new();
+    SHOWN.get_or_init(Default::default)
+}
+
+/// Scripts remembered at most (per process): past that, their functions
+/// inlined elsewhere keep V8's empty URL.
+const MAX_SHOWN: usize = 1 << 16;
+
+/// Remembers what [`with_script_url`] showed script `id` of `isolate` under.
+pub fn remember(isolate: usize, script: &Script) {
+    let mut shown = shown().lock().unwrap_or_else(|e| e.into_inner());
+    if shown.len() < MAX_SHOWN && !shown.contains_key(&(isolate, script.id)) {
+        let url = script.source_url.filter(|u| usable(u)).map(|u| String::from_utf8_lossy(u).into());
+        shown.insert((isolate, script.id), url);
+    }
+}
+
+/// What script `id` of the live `isolate` was shown under: None if not
+/// known, else its sourceURL, or None for its id.
+pub fn url_of(isolate: usize, id: i32) -> Option<Option<String>> {
+    let shown = shown().lock().unwrap_or_else(|e| e.into_inner());
+    shown.get(&(isolate, id)).map(|u| u.as_deref().map(str::to_string))
+}
+
+/// Forgets the scripts of an isolate that goes away (its address may be
+/// given to another).
+pub fn forget_isolate(isolate: usize) {
+    shown().lock().unwrap_or_else(|e| e.into_inner()).retain(|&(i, _), _| i != isolate);
 }
 
 /// `name` as V8's log would name it had [`with_script_url`] given it its

@@ -228,6 +228,15 @@ impl ScriptMap {
         if t.get_dst_line() != l {
             return None;
         }
+        // Only a line (V8 10.2): the line's end stands for the function
+        // only where the whole line maps to one original line (not a line
+        // of a minified bundle).
+        if column == u32::MAX {
+            let first = self.map.lookup_token(l, 0).filter(|f| f.get_dst_line() == l)?;
+            if (first.get_source(), first.get_src_line()) != (t.get_source(), t.get_src_line()) {
+                return None;
+            }
+        }
         let source = t.get_source().filter(|s| !s.is_empty())?;
         let file = match script_path(source) {
             Some(p) => p,
@@ -312,8 +321,8 @@ fn has_scheme(s: &str) -> bool {
 }
 
 /// `url:line:column` split. V8 10.2 names functions `url:line`, without
-/// the column: the column is then the line's end, whose mapping is the
-/// line's last (`{` of `function f(a: number) {`).
+/// the column: the column is then `u32::MAX`, the line's end, whose mapping
+/// is the line's last (`{` of `function f(a: number) {`).
 fn split_position(location: &str) -> Option<(&str, u32, u32)> {
     let number = |s: &str| s.parse::<u32>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
     let (rest, last) = location.rsplit_once(':')?;
@@ -472,6 +481,10 @@ mod tests {
                 let raw = format!("JS:*{short} {}:{}:{}", js.display(), i + 1, open + 1);
                 let (f, w) = map_all(&raw);
                 assert!(w.is_empty(), "{w:?}");
+                // Only the line (V8 10.2): the line holds several
+                // functions, so the compiled position, never another's.
+                let (by_line, _) = map_all(&format!("LazyCompile:*{short} {}:{}", js.display(), i + 1));
+                assert_eq!(by_line.file, js.display().to_string(), "{short}, line only");
                 seen.push((
                     f.name.split(' ').next().unwrap().to_string(),
                     Path::new(&f.file).file_name().unwrap().to_owned(),

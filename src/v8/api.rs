@@ -78,6 +78,8 @@ pub struct SourceUrlApi {
     /// `v8::Local<v8::Value> v8::UnboundScript::GetSourceMappingURL()`: a
     /// string, or undefined.
     get_source_mapping_url: Option<unsafe extern "C" fn(this: *const c_void) -> *const c_void>,
+    /// `int v8::String::Length() const`: UTF-16 units.
+    string_length: Option<unsafe extern "C" fn(this: *const c_void) -> i32>,
 }
 
 /// Room for a `v8::String::Utf8Value` (`char* str_` then its length, 16
@@ -114,17 +116,37 @@ impl Api {
     }
 
     /// The `//# sourceMappingURL` of `script` (a `Local<UnboundScript>`),
-    /// if it has one.
+    /// if it has one of at most `max_bytes` (UTF-8). A longer one is not
+    /// copied: its length is asked first where V8 exports the call.
     ///
     /// # Safety
     /// As [`Api::source_url`].
-    pub unsafe fn source_mapping_url(&self, isolate: *mut Isolate, script: *const c_void) -> Option<String> {
+    pub unsafe fn source_mapping_url(
+        &self,
+        isolate: *mut Isolate,
+        script: *const c_void,
+        max_bytes: usize,
+    ) -> Option<String> {
         let f = self.source_url_api.as_ref()?;
         let get = f.get_source_mapping_url?;
         // SAFETY: per the contract, as in `source_url`.
         let url = unsafe { get(script) };
+        // A string of n UTF-16 units has at least n bytes of UTF-8.
+        // SAFETY: `url` is a non-null Local<Value> of the open scope, and
+        // String::Length is called on it only once it is known a string.
+        let too_long = f.string_length.is_some_and(|length| unsafe {
+            !url.is_null() && (f.is_string)(url) && length(url).max(0) as usize > max_bytes
+        });
+        if too_long {
+            return None;
+        }
         // SAFETY: per the contract; `url` is a Local of the open scope.
-        unsafe { f.with_string(isolate, url, |bytes| String::from_utf8_lossy(bytes).into_owned()) }
+        let copied = unsafe {
+            f.with_string(isolate, url, |bytes| {
+                (bytes.len() <= max_bytes).then(|| String::from_utf8_lossy(bytes).into_owned())
+            })
+        };
+        copied.flatten()
     }
 }
 
@@ -197,6 +219,7 @@ pub const SYM_NODE_ADD_ENV_CLEANUP_HOOK: &CStr = c"_ZN4node25AddEnvironmentClean
 pub const SYM_UNBOUND_SCRIPT_GET_ID: &CStr = c"_ZNK2v813UnboundScript5GetIdEv";
 pub const SYM_UNBOUND_SCRIPT_GET_SOURCE_URL: &CStr = c"_ZN2v813UnboundScript12GetSourceURLEv";
 pub const SYM_UNBOUND_SCRIPT_GET_SOURCE_MAPPING_URL: &CStr = c"_ZN2v813UnboundScript19GetSourceMappingURLEv";
+pub const SYM_STRING_LENGTH: &CStr = c"_ZNK2v86String6LengthEv";
 pub const SYM_VALUE_FULL_IS_STRING: &CStr = c"_ZNK2v85Value12FullIsStringEv";
 pub const SYM_UTF8_VALUE_NEW: &CStr = c"_ZN2v86String9Utf8ValueC1EPNS_7IsolateENS_5LocalINS_5ValueEEE";
 /// V8 12.9 to 13.x: the same with a `String::WriteOptions` argument.
@@ -309,6 +332,9 @@ fn resolve() -> Result<Api, Unavailable> {
                     get_source_mapping_url: lookup(SYM_UNBOUND_SCRIPT_GET_SOURCE_MAPPING_URL).ok().map(|p| {
                         std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> *const c_void>(p)
                     }),
+                    string_length: lookup(SYM_STRING_LENGTH)
+                        .ok()
+                        .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> i32>(p)),
                 })
             })(),
         })

@@ -527,6 +527,21 @@ pub fn split_js_name(raw: &str) -> Option<(&str, &str, &str)> {
     Some((kind, &rest[..rest.len() - name.len()], name))
 }
 
+/// The location (`url:line:col`) of a JavaScript code-event name, as
+/// [`parse_js_name`] finds it, without allocating; None for non-JS code.
+pub fn js_location(raw: &str) -> Option<&str> {
+    split_js_name(raw).map(|(_, _, rest)| split_function_and_location(rest).1)
+}
+
+/// The function and location of a JS name's `name url:line:col` part.
+fn split_function_and_location(rest: &str) -> (&str, &str) {
+    match split_function_and_url(rest) {
+        Some((n, loc)) => (n.trim(), loc.trim()),
+        None if looks_like_location(rest) => ("", rest.trim()),
+        None => (rest.trim(), ""),
+    }
+}
+
 /// Splits V8's code-event name: `JS:<tier><name> <url>:<line>:<column>`
 /// (V8 11+), `Function:`/`LazyCompile:<tier><name> <url>:<line>:<column>`
 /// (V8 10), `Script:~ <url>` for top-level code, `Eval:`, or anything else
@@ -541,11 +556,7 @@ pub fn parse_js_name(raw: &str) -> JsName {
     };
     let Some((_, marks, rest)) = split_js_name(raw) else { return other(raw) };
     let tier = marks.chars().find(|c| *c != '\'');
-    let (function, location) = match split_function_and_url(rest) {
-        Some((n, loc)) => (n.trim(), loc.trim()),
-        None if looks_like_location(rest) => ("", rest.trim()),
-        None => (rest.trim(), ""),
-    };
+    let (function, location) = split_function_and_location(rest);
     // WebAssembly code comes as JavaScript functions without a location.
     let function = if location.is_empty() { without_wasm_tier(function) } else { function };
     // A script's top level (`Script:` events) is `(anonymous)` too, as in

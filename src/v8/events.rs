@@ -349,8 +349,9 @@ fn note_inline_map(api: &Api, e: &JitCodeEvent, name: &[u8]) {
         return;
     }
     let Some(url) = script_maps::worth_noting(&String::from_utf8_lossy(name)) else { return };
+    let max = script_maps::MAX_MAP_BYTES as usize;
     // SAFETY: as above; the call may make handles in the callback's scope.
-    let Some(map) = (unsafe { api.source_mapping_url(e.isolate, e.script) }) else { return };
+    let Some(map) = (unsafe { api.source_mapping_url(e.isolate, e.script, max) }) else { return };
     if map.starts_with("data:") {
         // Too large, or over the total: those functions keep their compiled
         // positions.

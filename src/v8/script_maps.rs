@@ -19,14 +19,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// The largest map kept.
 pub const MAX_MAP_BYTES: u64 = 256 << 20;
-/// All maps together: what a process keeps for naming its frames is bounded.
+/// All maps and their scripts' URLs together: what a process keeps for
+/// naming its frames is bounded.
 const MAX_NOTED_BYTES: u64 = 256 << 20;
+/// Scripts with a map kept, at most.
+const MAX_NOTED_MAPS: usize = 1 << 16;
 /// Scripts remembered as asked, per thread, before the memory is cleared.
 const MAX_SEEN: usize = 1 << 16;
 
 #[derive(Default)]
 struct Noted {
-    maps: HashMap<String, Arc<str>>,
+    /// A script's map; None where two different maps came for one id-named
+    /// script (see [`note`]).
+    maps: HashMap<String, Option<Arc<str>>>,
     bytes: usize,
 }
 
@@ -37,34 +42,43 @@ fn noted() -> &'static Mutex<Noted> {
 
 /// Notes the map (a `data:` URL) of the script `url` (as its frames name
 /// it), for every later symbolization in this process. A map noted again
-/// for the same script replaces it.
+/// for the same script replaces it, except for a script named by its id
+/// (`VM12`): ids are per isolate and per process, so two different maps
+/// for one such name make it ambiguous, and its frames keep their compiled
+/// positions rather than take another script's.
 pub fn note(url: &str, map: &str) -> Result<(), String> {
     if url.is_empty() || !map.starts_with("data:") || map.len() as u64 > MAX_MAP_BYTES {
         return Err(format!("a source map needs a script path and a data: URL of at most {} MiB", MAX_MAP_BYTES >> 20));
     }
     let mut noted = noted().lock().unwrap_or_else(|e| e.into_inner());
-    if noted.maps.get(url).is_some_and(|m| **m == *map) {
-        return Ok(());
+    let before = noted.maps.get(url).cloned();
+    let map = match &before {
+        Some(Some(m)) if **m == *map => return Ok(()),
+        Some(_) if super::unnamed_scripts::is_id_url(url) => None,
+        _ => Some(map),
+    };
+    let size = |m: &Option<Option<Arc<str>>>| m.as_ref().map_or(0, |m| url.len() + m.as_ref().map_or(0, |m| m.len()));
+    let bytes = noted.bytes - size(&before) + url.len() + map.map_or(0, str::len);
+    if bytes as u64 > MAX_NOTED_BYTES || (before.is_none() && noted.maps.len() >= MAX_NOTED_MAPS) {
+        return Err(format!(
+            "maps of scripts compiled in memory are kept up to {} MiB and {MAX_NOTED_MAPS} scripts",
+            MAX_NOTED_BYTES >> 20
+        ));
     }
-    let replaced = noted.maps.get(url).map_or(0, |m| m.len());
-    let bytes = noted.bytes - replaced + map.len();
-    if bytes as u64 > MAX_NOTED_BYTES {
-        return Err(format!("maps of scripts compiled in memory are kept up to {} MiB", MAX_NOTED_BYTES >> 20));
-    }
-    noted.maps.insert(url.to_string(), Arc::from(map));
+    noted.maps.insert(url.to_string(), map.map(Arc::from));
     noted.bytes = bytes;
     Ok(())
 }
 
 /// The map noted for the script `url`.
 pub fn get(url: &str) -> Option<Arc<str>> {
-    noted().lock().unwrap_or_else(|e| e.into_inner()).maps.get(url).cloned()
+    noted().lock().unwrap_or_else(|e| e.into_inner()).maps.get(url).cloned().flatten()
 }
 
 /// Every map noted in this process: (script URL, map).
 pub fn all() -> Vec<(String, String)> {
     let noted = noted().lock().unwrap_or_else(|e| e.into_inner());
-    noted.maps.iter().map(|(url, map)| (url.clone(), map.to_string())).collect()
+    noted.maps.iter().filter_map(|(url, map)| Some((url.clone(), map.as_ref()?.to_string()))).collect()
 }
 
 thread_local! {
@@ -84,25 +98,11 @@ pub fn first_sight(isolate: usize, id: i32) -> bool {
     })
 }
 
-/// Whether a code event's name may be of a script worth asking for its
-/// map ([`worth_noting`] decides): a cheap look at the name's end, which
-/// rules out Node's internal modules and local `.js` files without
-/// allocating. Never false for a script [`worth_noting`] would take.
+/// Whether a code event's name (bytes as V8 gives them) is of a script
+/// worth asking for its map: [`worth_noting`] without allocating.
 pub fn may_be_worth_noting(name: &[u8]) -> bool {
-    let mut end = name.len();
-    for _ in 0..2 {
-        let digits = name[..end].iter().rev().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 || end < digits + 1 || name[end - digits - 1] != b':' {
-            break;
-        }
-        end -= digits + 1;
-    }
-    let tail = &name[..end];
-    // The URL's last part: a URL with spaces is longer, never shorter.
-    let url = &tail[tail.iter().rposition(|&b| b == b' ').map_or(0, |i| i + 1)..];
-    let local = url.starts_with(b"/") || url.starts_with(b"file://");
-    let own_map = [&b".js"[..], b".mjs", b".cjs"].iter().any(|ext| url.ends_with(ext));
-    !(url.starts_with(b"node:") || (local && own_map))
+    // Names that are not UTF-8 are decided on their lossy text later.
+    std::str::from_utf8(name).map_or(true, |name| script_url(name).is_some())
 }
 
 /// The script URL of a code event's name (`JS:*work file:///app/a.ts:3:10`)
@@ -110,15 +110,16 @@ pub fn may_be_worth_noting(name: &[u8]) -> bool {
 /// nor a `.js`, `.mjs` or `.cjs` file, whose map (if any) is read from the
 /// file itself.
 pub fn worth_noting(name: &str) -> Option<String> {
-    let js = super::codemap::parse_js_name(name);
-    if !js.is_js || js.location.is_empty() {
-        return None;
-    }
-    let url = strip_position(&js.location);
+    script_url(name).map(str::to_string)
+}
+
+/// [`worth_noting`]'s URL, borrowed from `name`.
+fn script_url(name: &str) -> Option<&str> {
+    let url = strip_position(super::codemap::js_location(name)?);
     let local = url.starts_with('/') || url.starts_with("file://");
     let own_map = [".js", ".mjs", ".cjs"].iter().any(|ext| url.ends_with(ext));
     let skip = url.is_empty() || url.starts_with("node:") || (local && own_map);
-    (!skip).then(|| url.to_string())
+    (!skip).then_some(url)
 }
 
 /// `url` without a trailing `:<line>` or `:<line>:<column>`.
@@ -150,14 +151,53 @@ mod tests {
         for name in [
             "JS:*work file:///app/a.ts:3:10",
             "Script:~ /app/c.mts",
-            "JS:~ /my dir/a.js:1:1",
+            "JS:~ /my dir/a.ts:1:1",
             "JS:^w webpack://app/./src/a.js:1:15",
         ] {
             assert!(may_be_worth_noting(name.as_bytes()), "{name}");
         }
-        for name in ["JS:*work /app/a.js:3:10", "JS:~emit node:events:45:20", "JS:~ file:///app/a.mjs:1:1"] {
+        for name in [
+            "JS:*work /app/a.js:3:10",
+            "JS:~emit node:events:45:20",
+            "JS:~ file:///app/a.mjs:1:1",
+            "JS:~ /my dir/a.js:1:1",
+        ] {
             assert!(!may_be_worth_noting(name.as_bytes()), "{name}");
         }
+    }
+
+    #[test]
+    fn the_byte_filter_agrees_with_the_parser() {
+        for name in [
+            "JS:~f webpack://x /y.js:1:1",
+            "JS:~get size /my app/a.ts:1:1",
+            "JS:~get size node:internal/a:1:1",
+            "JS:~ [eval]:1:1",
+            "JS:*a b c /d e.mjs:3:4",
+            "LazyCompile:~f file:///A B/c.cts:3",
+            "Builtin:ArrayMap",
+            "JS:~ VM12:1:1",
+            "JS:~",
+        ] {
+            assert_eq!(may_be_worth_noting(name.as_bytes()), worth_noting(name).is_some(), "{name}");
+        }
+        assert!(may_be_worth_noting(b"JS:~f /a\xff.js:1:1"));
+    }
+
+    #[test]
+    fn an_id_named_script_with_two_maps_keeps_neither() {
+        note("VM90001", "data:application/json,{\"a\":1}").unwrap();
+        note("VM90001", "data:application/json,{\"a\":1}").unwrap();
+        assert!(get("VM90001").is_some());
+        note("VM90001", "data:application/json,{\"b\":2}").unwrap();
+        assert_eq!(get("VM90001"), None);
+        note("VM90001", "data:application/json,{\"a\":1}").unwrap();
+        assert_eq!(get("VM90001"), None);
+        assert!(!all().iter().any(|(u, _)| u == "VM90001"));
+        // A named script's map is replaced.
+        note("/noted/b.ts", "data:application/json,{}").unwrap();
+        note("/noted/b.ts", "data:application/json,{ }").unwrap();
+        assert_eq!(get("/noted/b.ts").as_deref(), Some("data:application/json,{ }"));
     }
 
     #[test]

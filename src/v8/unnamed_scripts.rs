@@ -34,6 +34,12 @@ fn url_end(name: &[u8]) -> Option<usize> {
     first
 }
 
+/// Whether `url` is a script's id as [`with_script_url`] writes it
+/// (`VM79`), unique only within one isolate.
+pub fn is_id_url(url: &str) -> bool {
+    url.strip_prefix(PREFIX).is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// What identifies a script without a name.
 pub struct Script<'a> {
     /// Its `//# sourceURL`, if it has one.

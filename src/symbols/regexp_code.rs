@@ -7,11 +7,13 @@
 //! spread over dozens of rows and counted as unnamed JavaScript. Such code
 //! is only ever run by V8's regular-expression builtins (or, from C++, by
 //! the irregexp macro assembler's entry): an address outside every module
-//! that nothing named, whose every caller is one of those, is that code,
-//! and becomes one function. A function the program passed to a builtin
-//! (a `replace` callback) is called from it too: only if V8 also left that
-//! function unnamed (a worker the sampler could not read) is it taken for
-//! expression code.
+//! that nothing named, whose samples are mostly under one of those, is
+//! that code, and becomes one function. Mostly, not always: a sample caught
+//! in the code's frameless prologue has a wrong caller, and one such sample
+//! must not leave the expression's other samples unnamed. A function the
+//! program passed to a builtin (a `replace` callback) is called from it
+//! too: only if V8 also left that function unnamed (a worker the sampler
+//! could not read) is it taken for expression code.
 
 use crate::profile::{Function, FunctionKind, ProfileData, Symbols};
 
@@ -29,9 +31,22 @@ fn runs_regexp_code(name: &str) -> bool {
 pub fn name_unnamed_regexp_code(profile: &ProfileData, symbols: &mut Symbols) {
     let unnamed = |f: &Function| f.kind == FunctionKind::Unknown && f.module < 0;
     let frames = symbols.frame_function.len();
-    // Per frame: None (no caller seen yet), or whether every caller so far
-    // runs regular-expression code.
-    let mut callers_ok: Vec<Option<bool>> = vec![None; frames];
+    // Samples through each stack node (a parent comes before its child).
+    let mut through = vec![0u64; profile.stack_frame.len()];
+    for (i, &stack) in profile.sample_stack.iter().enumerate() {
+        if let Some(n) = through.get_mut(stack as usize) {
+            *n += u64::from(profile.sample_weight.get(i).copied().unwrap_or(1).max(1));
+        }
+    }
+    for node in (0..through.len()).rev() {
+        if let Ok(parent) = usize::try_from(profile.stack_parent[node]) {
+            if parent < node {
+                through[parent] += through[node];
+            }
+        }
+    }
+    // Per frame: samples under a regular-expression caller, and the others.
+    let mut under = vec![(0u64, 0u64); frames];
     for (node, &frame) in profile.stack_frame.iter().enumerate() {
         let frame = frame as usize;
         let Some(&f) = symbols.frame_function.get(frame) else { continue };
@@ -43,10 +58,17 @@ pub fn name_unnamed_regexp_code(profile: &ProfileData, symbols: &mut Symbols) {
             .and_then(|p| profile.stack_frame.get(p))
             .and_then(|&cf| symbols.frame_function.get(cf as usize))
             .and_then(|&cf| symbols.functions.get(cf as usize));
-        let ok = caller.is_some_and(|c| runs_regexp_code(&c.name));
-        callers_ok[frame] = Some(callers_ok[frame].unwrap_or(true) && ok);
+        // A node no sample ends under still counts once.
+        let n = through[node].max(1);
+        if caller.is_some_and(|c| runs_regexp_code(&c.name)) {
+            under[frame].0 += n;
+        } else {
+            under[frame].1 += n;
+        }
     }
-    if !callers_ok.contains(&Some(true)) {
+    // At least nine in ten.
+    let callers_ok: Vec<bool> = under.iter().map(|&(yes, no)| yes > 0 && yes >= 9 * no).collect();
+    if !callers_ok.contains(&true) {
         return;
     }
     let regexp = symbols.functions.len() as u32;
@@ -57,8 +79,8 @@ pub fn name_unnamed_regexp_code(profile: &ProfileData, symbols: &mut Symbols) {
         line: 0,
         kind: FunctionKind::Js,
     });
-    for (frame, ok) in callers_ok.iter().enumerate() {
-        if *ok == Some(true) {
+    for (frame, &ok) in callers_ok.iter().enumerate() {
+        if ok {
             symbols.frame_function[frame] = regexp;
             symbols.frame_line[frame] = 0;
         }
@@ -131,6 +153,35 @@ mod tests {
         // The two functions no frame uses are gone.
         assert_eq!(s.functions.len(), 5);
         assert!(!s.functions.iter().any(|f| f.name == "0x7000" || f.name == "0x7010"));
+    }
+
+    #[test]
+    fn a_few_samples_under_another_caller_do_not_unname_the_rest() {
+        let named = |under_builtin: usize| {
+            let mut p = crate::profile::tests::sample_profile();
+            // Frames: 0 exec builtin, 1 unnamed code, 2 a JS function.
+            // Nodes: 0 builtin, 1 code under it, 2 the JS function, 3 the
+            // code under that (a mis-unwound prologue).
+            p.frame_address = vec![0x100, 0x7000, 0x200];
+            p.stack_frame = vec![0, 1, 2, 1];
+            p.stack_parent = vec![-1, 0, -1, 2];
+            p.sample_stack = [vec![1; under_builtin], vec![3]].concat();
+            p.sample_weight = vec![1; p.sample_stack.len()];
+            let mut s = Symbols {
+                frame_function: vec![0, 1, 2],
+                frame_line: vec![0; 3],
+                functions: vec![
+                    function("Builtins_RegExpExecInternal", FunctionKind::Native, 0),
+                    function("0x7000", FunctionKind::Unknown, -1),
+                    function("work (/a.js:1:1)", FunctionKind::Js, -1),
+                ],
+            };
+            name_unnamed_regexp_code(&p, &mut s);
+            s.functions[s.frame_function[1] as usize].name == UNNAMED_REGEXP
+        };
+        assert!(named(40));
+        assert!(named(9));
+        assert!(!named(8));
     }
 
     #[test]

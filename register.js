@@ -332,7 +332,14 @@ function main() {
   try {
     exitSave.arm(
       sessionDir
-        ? { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, format: 'machprof', compress: false }
+        ? {
+            signals: SIGNALS,
+            graceMs: SIGNAL_GRACE_MS,
+            output,
+            format: 'machprof',
+            compress: false,
+            sourceMaps: sourceMapsFile(sessionDir),
+          }
         : { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, symbolicate: true, announce: true },
     )
   } catch (e) {
@@ -345,6 +352,11 @@ function main() {
   }
 }
 
+/** Where this process leaves the maps of scripts compiled in memory for `record`. */
+function sourceMapsFile(sessionDir) {
+  return path.join(sessionDir, `source-maps-${process.pid}.json`)
+}
+
 /**
  * The maps of scripts compiled in memory (see lib/compiled-maps.js), on
  * every thread, for the CLI, which names the frames in its own process.
@@ -352,7 +364,7 @@ function main() {
 function writeSourceMaps(sessionDir) {
   const noted = require('./lib/addon.js').sourceMaps.noted()
   if (noted.length === 0) return
-  const file = path.join(sessionDir, `source-maps-${process.pid}.json`)
+  const file = sourceMapsFile(sessionDir)
   try {
     fs.writeFileSync(`${file}.tmp`, JSON.stringify(noted))
     fs.renameSync(`${file}.tmp`, file)

@@ -373,6 +373,33 @@ describe('source maps', () => {
     fs.rmSync(tmp, { recursive: true, force: true })
   })
 
+  test('machsampler record: a program that never returns to its event loop, ended by SIGTERM, keeps its .ts lines', async () => {
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-esmts-'))
+    const out = path.join(tmp, 'esm.machprof')
+    const app = path.join(LOADER, 'app.ts')
+    const args = ['record', '-q', '-o', out, '--', process.execPath, '--import', path.join(LOADER, 'register.mjs'), app, '60000', 'spinning']
+    const rec = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    rec.stderr.on('data', (d) => (stderr += d))
+    const ended = new Promise((resolve) => rec.on('exit', (code, signal) => resolve({ code, signal })))
+    await new Promise((resolve, reject) => {
+      rec.stdout.on('data', (d) => String(d).includes('spinning') && resolve())
+      rec.on('exit', () => reject(new Error(`record ended first: ${stderr}`)))
+    })
+    // Some samples of the compiled functions, then the signal: JavaScript
+    // listeners never run, so the native save writes the profile.
+    await new Promise((resolve) => setTimeout(resolve, 700))
+    rec.kill('SIGTERM')
+    const { code } = await ended
+    expect({ code, stderr }).toEqual({ code: 143, stderr: '' })
+    const p = ms.loadProfile(out)
+    for (const fn of ['fibonacci', 'spin']) {
+      const line = appLine(`function ${fn}(`)
+      expect(placesOf(p, fn)).toEqual([`${app}:${line} ${fn} (${app}:${line})`])
+    }
+    fs.rmSync(tmp, { recursive: true, force: true })
+  }, 60000)
+
   test("machsampler record: evaluated code with an inline map (a bundler's eval-source-map build) at its original lines, inlined functions too", () => {
     const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-evalmap-'))
     const out = path.join(tmp, 'eval.machprof')

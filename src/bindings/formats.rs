@@ -63,7 +63,7 @@ pub(crate) fn boolean(v: &Unknown, what: &str) -> JsResult<bool> {
     }
 }
 
-fn string(v: &Unknown, what: &str) -> JsResult<String> {
+pub(crate) fn string(v: &Unknown, what: &str) -> JsResult<String> {
     match type_of(v)? {
         // SAFETY: the type was just checked to be String.
         ValueType::String => unsafe { v.cast::<String>() }.map_err(napi_fail),

@@ -440,15 +440,18 @@ fn exit_signal(name: &str) -> Option<i32> {
 /// `graceMs` (a busy main thread never runs its signal listeners), the
 /// sampler is stopped and the profile written to `output` from a native
 /// thread, as `stop({ output, ... })` would, and the signal then ends the
-/// process. Once per process. See `claimExitSave`.
+/// process; with `sourceMaps` (a path), the maps of scripts compiled in
+/// memory are written there too, as JSON `[[script, map], ...]`, if there
+/// are any. Once per process. See `claimExitSave`.
 #[napi]
 pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str> {
-    const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce";
+    const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce, sourceMaps";
     let mut signals = Vec::new();
     let mut grace_ms = 300.0;
     let mut output = None;
     let mut symbolicate = false;
     let mut announce = false;
+    let mut source_maps = None;
     let mut save_options = Vec::new();
     for (key, val) in formats::entries(options, "options")? {
         match key.as_str() {
@@ -476,6 +479,7 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             "output" => output = Some(val),
             "symbolicate" => symbolicate = formats::boolean(&val, "options.symbolicate")?,
             "announce" => announce = formats::boolean(&val, "options.announce")?,
+            "sourceMaps" => source_maps = Some(formats::string(&val, "options.sourceMaps")?),
             "format" | "compress" => save_options.push((key, val)),
             _ => return Err(einval(format!("unknown option '{key}'; valid options are {KEYS}"))),
         }
@@ -504,6 +508,14 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             Ok(()) if announce => eprintln!("machsampler: wrote {}", save.path),
             Ok(()) => {}
             Err(e) => eprintln!("machsampler: {}", e.reason),
+        }
+        let maps = crate::v8::script_maps::all();
+        if let (Some(path), false) = (&source_maps, maps.is_empty()) {
+            // Those functions are otherwise shown at their compiled positions.
+            let json = serde_json::to_vec(&maps).unwrap_or_default();
+            if let Err(e) = crate::formats::write_atomic(std::path::Path::new(path), &json) {
+                eprintln!("machsampler: cannot write {path}: {e}");
+            }
         }
     });
     let grace = std::time::Duration::from_secs_f64(grace_ms / 1000.0);

@@ -339,6 +339,10 @@ function main() {
             format: 'machprof',
             compress: false,
             sourceMaps: sourceMapsFile(sessionDir),
+            // Kept at each signal, for a process killed before it saves
+            // (a wrapper such as tsx sends SIGKILL to a child that does not
+            // answer its relayed Ctrl-C within 60 ms).
+            checkpoint: output.replace(/\.machprof$/, '.partial.machprof'),
           }
         : { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, symbolicate: true, announce: true },
     )

@@ -162,6 +162,18 @@ describe('record', () => {
     expect(names(out)).toContain('busyLoopForCliTest')
   }, 30000)
 
+  test('a busy child killed by its wrapper soon after a relayed SIGINT (as under tsx) keeps its profile up to the signal', async () => {
+    const out = path.join(dir, 'relay-kill.machprof')
+    const run = h.cliAsync(['record', '-o', out, '--', NODE, path.join(__dirname, 'fixtures', 'cli-relay-kill.js')], { timeoutMs: 20000 })
+    await run.printed('ready')
+    await new Promise((res) => setTimeout(res, 300))
+    run.child.kill('SIGINT')
+    const r = await run.done
+    expect(r.status).toBe(137)
+    expect(r.stderr).toMatch(/cut short: .*cli-busy\.js spin-handle \(pid \d+\) was killed after a signal/)
+    expect(names(out)).toContain('busyLoopForCliTest')
+  }, 30000)
+
   /** Runs cli-busy.js `how` under the preload alone, sends SIGINT once it spins; its end (killed after `timeoutMs`). */
   async function preloadInterrupted(how, out, timeoutMs) {
     const run = h.spawnAsync(NODE, ['-r', path.join(h.ROOT, 'register.js'), h.BUSY, how], { env: { MACHSAMPLER_OUTPUT: out }, timeoutMs })

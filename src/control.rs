@@ -219,6 +219,33 @@ pub fn stop_profile() -> Result<ProfileData, SamplerError> {
     Ok(data)
 }
 
+/// The profile recorded so far, as [`stop_profile`] would build it, while
+/// the session goes on (for a copy kept in case the process is killed
+/// before it can stop). ESRCH without a session; EAGAIN if the sampler
+/// thread did not answer within `timeout`.
+pub fn profile_so_far(timeout: std::time::Duration) -> Result<ProfileData, SamplerError> {
+    let (recording, perf_map) = {
+        let slot = running();
+        let Some(running) = slot.as_ref().filter(|r| !r.background) else {
+            return Err(SamplerError::new(ErrorCode::Srch, "the sampler is not running; call start() first"));
+        };
+        let perf_map = running.perf_map.as_ref().map(|m| m.lock().unwrap_or_else(PoisonError::into_inner).so_far());
+        let recording = running.sampler.snapshot(timeout).ok_or_else(|| {
+            SamplerError::new(ErrorCode::Again, "the sampler thread did not hand over its recording in time")
+        })?;
+        (recording, perf_map.unwrap_or_default())
+    };
+    let max_depth = recording.max_stack_depth;
+    let mut data = ProfileData::from_recording(recording, Vec::new(), platform::loaded_modules());
+    // Quick rather than complete: V8's log, which can be large, is not
+    // read, so inlined functions stay in the functions they were inlined in.
+    if data.stats.js_samples > 0 {
+        name_js_frames_of(&mut data, &Default::default(), max_depth);
+    }
+    crate::symbols::jit_history::pin_reused_jit_frames(&mut data, &perf_map);
+    Ok(data)
+}
+
 /// Names the JavaScript frames the session recorded (by address: see
 /// `crate::v8::frames`), from V8's code events, at each sample's time.
 fn name_js_frames(data: &mut ProfileData, max_depth: usize) {

@@ -4,6 +4,8 @@
 // NODE_OPTIONS and leaves in the session directory
 //   proc-<pid>.json        its pid, parent and command line, at start
 //   raw-<pid>.machprof     its profile, when it exits
+//   raw-<pid>.partial.machprof  its profile up to a signal (SIGINT, SIGTERM,
+//                          SIGHUP), used if it never wrote the whole one
 //   children-<pid>.jsonl   the child processes it spawned
 //   threads-<pid>.jsonl    its Workers: threadId with script, threadId with OS tid
 // This module gathers them once the command has exited: which profiles to
@@ -100,7 +102,11 @@ async function collect(dir, topPid) {
     await sleep(POLL_MS)
   }
   procs.sort((a, b) => (a.startedMs || 0) - (b.startedMs || 0) || a.pid - b.pid)
-  const done = procs.filter((p) => fs.existsSync(path.join(dir, `raw-${p.pid}.machprof`)))
+  // The whole profile, or the one kept at a signal by a process killed
+  // before it could write the whole one.
+  const rawOf = (p) => [`raw-${p.pid}.machprof`, `raw-${p.pid}.partial.machprof`].map((n) => path.join(dir, n)).find((f) => fs.existsSync(f))
+  const done = procs.filter((p) => rawOf(p))
+  const cutShort = done.filter((p) => rawOf(p).endsWith('.partial.machprof')).map((p) => ({ pid: p.pid, command: commandLine(p.argv) }))
   const missing = procs
     .filter((p) => !done.includes(p))
     .map((p) => ({ pid: p.pid, command: commandLine(p.argv), running: alive(p.pid) }))
@@ -113,10 +119,11 @@ async function collect(dir, topPid) {
     c.pid === null && procs.some((p) => p.ppid === c.parent && p.startedMs >= c.from && p.startedMs <= c.to)
   const notNode = children.filter((c) => !node.has(c.pid) && !nodeChild(c) && c.command !== '')
   return {
-    raws: done.map((p) => path.join(dir, `raw-${p.pid}.machprof`)),
+    raws: done.map(rawOf),
     commands: done.map((p) => commandLine(p.argv)),
     threadRoles: threadRoles(dir),
     missing,
+    cutShort,
     notNode,
     topIsNode: topPid === undefined || node.has(topPid),
   }
@@ -124,12 +131,13 @@ async function collect(dir, topPid) {
 
 /** --no-follow: the one profile of the first Node process. */
 function single(dir) {
-  const raw = path.join(dir, 'raw.machprof')
+  const raw = ['raw.machprof', 'raw.partial.machprof'].map((n) => path.join(dir, n)).find((f) => fs.existsSync(f))
   return {
-    raws: fs.existsSync(raw) ? [raw] : [],
+    raws: raw ? [raw] : [],
     commands: [],
     threadRoles: threadRoles(dir),
     missing: [],
+    cutShort: raw && raw.endsWith('.partial.machprof') ? [{ pid: null, command: '' }] : [],
     notNode: [],
     topIsNode: true,
   }
@@ -159,6 +167,10 @@ function processLines(summary, session) {
     for (const p of procs) {
       lines.push(`            pid ${String(p.pid).padEnd(7)} ${text.int(p.samples).padStart(w)} samples  ${shortCommand(p.command)}`)
     }
+  }
+  for (const c of session.cutShort || []) {
+    const who = c.pid === null ? 'the program' : `${shortCommand(c.command)} (pid ${c.pid})`
+    lines.push(`  cut short: ${who} was killed after a signal before it could save; its profile ends at the signal`)
   }
   for (const m of session.missing) {
     const why = m.running ? 'still running when the command ended' : 'ended without writing its profile'

@@ -442,16 +442,20 @@ fn exit_signal(name: &str) -> Option<i32> {
 /// thread, as `stop({ output, ... })` would, and the signal then ends the
 /// process; with `sourceMaps` (a path), the maps of scripts compiled in
 /// memory are written there too, as JSON `[[script, map], ...]`, if there
-/// are any. Once per process. See `claimExitSave`.
+/// are any. With `checkpoint` (a path), each such signal first writes the
+/// profile so far there (raw, as `format` says), and the maps, whoever
+/// then saves: a process killed before it can save leaves that. Once per
+/// process. See `claimExitSave`.
 #[napi]
 pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str> {
-    const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce, sourceMaps";
+    const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce, sourceMaps, checkpoint";
     let mut signals = Vec::new();
     let mut grace_ms = 300.0;
     let mut output = None;
     let mut symbolicate = false;
     let mut announce = false;
     let mut source_maps = None;
+    let mut checkpoint = None;
     let mut save_options = Vec::new();
     for (key, val) in formats::entries(options, "options")? {
         match key.as_str() {
@@ -480,6 +484,7 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             "symbolicate" => symbolicate = formats::boolean(&val, "options.symbolicate")?,
             "announce" => announce = formats::boolean(&val, "options.announce")?,
             "sourceMaps" => source_maps = Some(formats::string(&val, "options.sourceMaps")?),
+            "checkpoint" => checkpoint = Some(val),
             "format" | "compress" => save_options.push((key, val)),
             _ => return Err(einval(format!("unknown option '{key}'; valid options are {KEYS}"))),
         }
@@ -490,6 +495,30 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
         options.set_named_property(&key, val).map_err(napi_fail)?;
     }
     let save = formats::SaveRequest::parse(&output, "options.output", Some(options.to_unknown()))?;
+    let checkpoint = match checkpoint {
+        Some(path) => Some(formats::SaveRequest::parse(&path, "options.checkpoint", Some(options.to_unknown()))?),
+        None => None,
+    };
+    let write_maps = move |path: &Option<String>| {
+        let maps = crate::v8::script_maps::all();
+        if let (Some(path), false) = (path, maps.is_empty()) {
+            // Those functions are otherwise shown at their compiled positions.
+            let json = serde_json::to_vec(&maps).unwrap_or_default();
+            if let Err(e) = crate::formats::write_atomic(std::path::Path::new(path), &json) {
+                eprintln!("machsampler: cannot write {path}: {e}");
+            }
+        }
+    };
+    let checkpoint_maps = source_maps.clone();
+    let checkpoint_job = checkpoint.map(|to| {
+        Box::new(move || {
+            // The sampler is stopped (the session is over) or slow: no copy.
+            let Ok(data) = control::profile_so_far(std::time::Duration::from_millis(200)) else { return };
+            if to.write(&data).is_ok() {
+                write_maps(&checkpoint_maps);
+            }
+        }) as control::exit_signals::CheckpointJob
+    });
     let job = Box::new(move || {
         let mut data = match control::stop_profile() {
             Ok(d) => d,
@@ -509,17 +538,10 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             Ok(()) => {}
             Err(e) => eprintln!("machsampler: {}", e.reason),
         }
-        let maps = crate::v8::script_maps::all();
-        if let (Some(path), false) = (&source_maps, maps.is_empty()) {
-            // Those functions are otherwise shown at their compiled positions.
-            let json = serde_json::to_vec(&maps).unwrap_or_default();
-            if let Err(e) = crate::formats::write_atomic(std::path::Path::new(path), &json) {
-                eprintln!("machsampler: cannot write {path}: {e}");
-            }
-        }
+        write_maps(&source_maps);
     });
     let grace = std::time::Duration::from_secs_f64(grace_ms / 1000.0);
-    control::exit_signals::arm(&signals, grace, job).map_err(js_error)
+    control::exit_signals::arm(&signals, grace, job, checkpoint_job).map_err(js_error)
 }
 
 /// For the preload: JavaScript is about to save the profile at exit.

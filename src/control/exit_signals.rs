@@ -19,6 +19,12 @@
 //! Whoever claims first writes; a JavaScript save that comes second waits
 //! for the native one ([`wait_for_native_save`]), so the process cannot end
 //! halfway through writing a file.
+//!
+//! Before any of that, and also for a signal the program listens for, the
+//! watcher can keep a copy of the profile so far (a checkpoint, elsewhere
+//! than the profile): a process that handles the signal while busy only
+//! later, or never, is often killed outright soon after (a wrapper that
+//! relays Ctrl-C, then sends SIGKILL when the child does not answer).
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -51,11 +57,22 @@ static NATIVE_DONE_CV: Condvar = Condvar::new();
 
 /// What the watcher runs to save the profile.
 pub type SaveJob = Box<dyn FnOnce() + Send>;
+/// What the watcher runs to keep a checkpoint.
+pub type CheckpointJob = Box<dyn FnMut() + Send>;
+
+/// Checkpoints come at most this often, however many signals arrive.
+const CHECKPOINT_PERIOD: Duration = Duration::from_secs(1);
 
 /// Arms the native path for `signals`, once per process: JavaScript has
 /// `grace` after a signal to claim the save, after which `save` runs on the
-/// watcher thread and the signal ends the process.
-pub fn arm(signals: &[i32], grace: Duration, save: SaveJob) -> Result<(), SamplerError> {
+/// watcher thread and the signal ends the process. `checkpoint`, if given,
+/// runs as each signal arrives while nobody has claimed the save.
+pub fn arm(
+    signals: &[i32],
+    grace: Duration,
+    save: SaveJob,
+    checkpoint: Option<CheckpointJob>,
+) -> Result<(), SamplerError> {
     if signals.iter().any(|&s| s <= 0 || s as usize >= SIGNALS) {
         return Err(SamplerError::new(ErrorCode::Inval, "signals must be numbers from 1 to 64"));
     }
@@ -75,7 +92,7 @@ pub fn arm(signals: &[i32], grace: Duration, save: SaveJob) -> Result<(), Sample
     }
     let spawned = std::thread::Builder::new().name("machsampler-exit".into()).spawn(move || {
         let _own = crate::sampler::own_threads::OwnThread::mark();
-        watch(read_fd, grace, save)
+        watch(read_fd, grace, save, checkpoint)
     });
     if let Err(e) = spawned {
         // SAFETY: both descriptors are ours and not used elsewhere.
@@ -204,8 +221,9 @@ fn errno_location() -> *mut libc::c_int {
 
 /// The watcher thread: waits for signals; on one that nobody handles in
 /// time, saves and ends the process with it.
-fn watch(read_fd: i32, grace: Duration, save: SaveJob) {
+fn watch(read_fd: i32, grace: Duration, save: SaveJob, mut checkpoint: Option<CheckpointJob>) {
     let mut save = Some(save);
+    let mut last_checkpoint: Option<Instant> = None;
     loop {
         let mut byte = 0u8;
         // SAFETY: reads one byte into a local from our pipe's read end.
@@ -217,6 +235,13 @@ fn watch(read_fd: i32, grace: Duration, save: SaveJob) {
             return;
         }
         let sig = byte as i32;
+        if let Some(job) = checkpoint.as_mut() {
+            let due = last_checkpoint.is_none_or(|t| t.elapsed() >= CHECKPOINT_PERIOD);
+            if due && STATE.load(Ordering::Acquire) == UNCLAIMED {
+                job();
+                last_checkpoint = Some(Instant::now());
+            }
+        }
         if PROGRAM_LISTENS.get(sig as usize).is_some_and(|l| l.load(Ordering::Acquire)) {
             continue;
         }

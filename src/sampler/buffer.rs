@@ -28,7 +28,7 @@ pub struct SampleRecord {
 pub struct BufferFull;
 
 /// Columnar storage, so `stop()` can hand each column to JS as a typed array.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SampleBuffer {
     pub thread: Vec<u32>,
     pub time_ns: Vec<u64>,

@@ -22,9 +22,9 @@
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{
     AtomicBool,
-    Ordering::{AcqRel, Relaxed},
+    Ordering::{AcqRel, Relaxed, Release},
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -86,6 +86,10 @@ pub struct Shared {
     /// worker): the loop looks for threads at once instead of at its next
     /// refresh.
     pub look_for_threads: AtomicBool,
+    /// Where the loop sends a copy of what it recorded so far, once, when
+    /// asked (see [`RunningSampler::snapshot`]).
+    snapshot: Mutex<Option<Sender<Recording>>>,
+    snapshot_wanted: AtomicBool,
 }
 
 /// Absolute-deadline tick schedule with skip-ahead catch-up.
@@ -123,7 +127,7 @@ pub struct ThreadRecord {
 }
 
 /// Everything one start/stop session recorded.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Recording {
     pub threads: Vec<ThreadRecord>,
     pub samples: SampleBuffer,
@@ -286,6 +290,28 @@ struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
+    /// What was recorded, from `start_ns` to `end_ns`: taken out of the
+    /// session at its end, or a copy while it goes on.
+    fn recording(&mut self, options: &SamplerOptions, span: (u64, u64), start_wall_ms: f64, take: bool) -> Recording {
+        let (threads, samples, stacks) = if take {
+            (std::mem::take(&mut self.threads), std::mem::take(&mut self.samples), std::mem::take(&mut self.stacks))
+        } else {
+            (self.threads.clone(), self.samples.clone(), self.stacks.clone())
+        };
+        Recording {
+            threads,
+            samples,
+            stacks,
+            start_ns: span.0,
+            end_ns: span.1,
+            interval_ns: options.interval_ns,
+            max_stack_depth: options.max_stack_depth,
+            mode: options.mode,
+            start_wall_ms,
+            stats: self.shared.stats.snapshot(self.shared.registry.len() as u64),
+        }
+    }
+
     fn new(
         shared: &'a Shared,
         options: &SamplerOptions,
@@ -568,6 +594,13 @@ pub fn run<B: Backend>(
             }
             Err(TryRecvError::Empty) => {}
         }
+        if shared.snapshot_wanted.swap(false, AcqRel) {
+            let to = shared.snapshot.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(to) = to {
+                backend.collect(&mut |c| session.on_capture(c, false));
+                let _ = to.send(session.recording(&options, (start_ns, backend.now_ns()), start_wall_ms, false));
+            }
+        }
         let now = backend.now_ns();
         if !sampling_over && sampling_ends.is_some_and(|end| now >= end) {
             // The duration is over: keep what was recorded and wait for
@@ -746,23 +779,13 @@ pub fn run<B: Backend>(
         Some(end) => end.min(backend.now_ns()),
         None => backend.now_ns(),
     };
-    Recording {
-        threads: session.threads,
-        samples: session.samples,
-        stacks: session.stacks,
-        start_ns,
-        end_ns,
-        interval_ns: options.interval_ns,
-        max_stack_depth: options.max_stack_depth,
-        mode: options.mode,
-        start_wall_ms,
-        stats: stats.snapshot(shared.registry.len() as u64),
-    }
+    session.recording(&options, (start_ns, end_ns), start_wall_ms, true)
 }
 
 /// A running sampler thread.
 pub struct RunningSampler {
     stop: Sender<()>,
+    shared: Arc<Shared>,
     /// Ends the sampler's sleep early (see [`Backend::stop_waker`]).
     wake: Option<fn()>,
     handle: JoinHandle<Recording>,
@@ -787,7 +810,9 @@ impl RunningSampler {
         // blocks every signal while it creates the thread), so the first
         // look at the threads' masks does not see this one blocking.
         let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+        let loop_shared = shared.clone();
         let spawn = || {
+            let shared = loop_shared;
             std::thread::Builder::new().name(SAMPLER_THREAD_NAME.into()).spawn(move || {
                 let _ = go_rx.recv_timeout(std::time::Duration::from_millis(100));
                 run(backend, options, &shared, stop_rx, hooks)
@@ -796,7 +821,21 @@ impl RunningSampler {
         let handle = with_signals_blocked(spawn)
             .map_err(|e| SamplerError::new(ErrorCode::NoMem, format!("cannot create the sampler thread: {e}")))?;
         let _ = go_tx.send(());
-        Ok(RunningSampler { stop: stop_tx, wake, handle, options })
+        Ok(RunningSampler { stop: stop_tx, shared, wake, handle, options })
+    }
+
+    /// A copy of what the session recorded so far, sampling going on; None
+    /// if the loop did not answer within `timeout` (it has ended, or is
+    /// stuck in a backend call).
+    pub fn snapshot(&self, timeout: std::time::Duration) -> Option<Recording> {
+        let (to, from) = crossbeam_channel::bounded(1);
+        *self.shared.snapshot.lock().unwrap_or_else(PoisonError::into_inner) = Some(to);
+        self.shared.snapshot_wanted.store(true, Release);
+        self.wake();
+        let copy = from.recv_timeout(timeout).ok();
+        // Unanswered: the loop must not keep the request for later.
+        self.shared.snapshot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        copy
     }
 
     /// Ends the loop's sleep, where the backend can (see
@@ -1053,6 +1092,24 @@ mod tests {
         assert_eq!(rec.stats.samples_captured, 20);
         assert_eq!(rec.stats.threads_sampled, rec.stats.samples_captured + rec.stats.samples_dropped);
         assert_eq!(rec.stacks.addresses(rec.samples.stack[0]), vec![0x30, 0x20, 0x10]);
+    }
+
+    #[test]
+    fn a_snapshot_is_a_copy_and_the_session_goes_on() {
+        let (b, rx, _) = fake(10, &[1, 2]);
+        let shared = Shared::default();
+        shared.native_unwinding.store(true, SeqCst);
+        let (to, from) = crossbeam_channel::bounded(1);
+        *shared.snapshot.lock().unwrap() = Some(to);
+        shared.snapshot_wanted.store(true, SeqCst);
+        let options = SamplerOptions { interval_ns: 1_000_000, mode: Mode::Wall, ..Default::default() };
+        let rec = run(b, options, &shared, rx, Hooks::default());
+        // Asked before the first tick: the threads found, no sample yet.
+        let copy = from.try_recv().expect("the loop answered");
+        assert_eq!((copy.threads.len(), copy.samples.len()), (2, 0));
+        assert!(copy.end_ns >= copy.start_ns && copy.start_ns == rec.start_ns);
+        assert_eq!(rec.samples.len(), 12);
+        assert!(shared.snapshot.lock().unwrap().is_none() && !shared.snapshot_wanted.load(SeqCst));
     }
 
     #[test]

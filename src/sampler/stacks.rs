@@ -31,7 +31,7 @@ pub struct PathCache {
     nodes: Vec<u32>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct StackTable {
     /// Address of each frame.
     pub frame_address: Vec<u64>,

@@ -55,6 +55,11 @@ impl PerfMapWatch {
         t.points.push((now_ns, size));
     }
 
+    /// What was seen so far, watching going on.
+    pub fn so_far(&self) -> PerfMapTimeline {
+        self.timeline.clone()
+    }
+
     /// Stops watching and hands over what was seen.
     pub fn finish(&mut self) -> PerfMapTimeline {
         self.file = None;

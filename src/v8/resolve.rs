@@ -138,7 +138,29 @@ fn inlined_at(inlines: &InlineLog, names: &mut Names, addr: u64, hit: &Hit<'_>) 
             chain = inlines.chain(hit.start, hit.len, &logged, offset);
         }
     }
-    chain.into_iter().map(|f| names.tag(&format!("JS:{f}"))).collect()
+    // V8 10.2's code events name a function by its line alone, its log by
+    // line and column: the same function, inlined or not, is one row.
+    let line_only = split_number(name).is_some() && !has_column(name);
+    chain.into_iter().map(|f| names.tag(&format!("JS:{}", if line_only { without_column(f) } else { f }))).collect()
+}
+
+/// The trailing `:<digits>` of `s`, split off.
+fn split_number(s: &str) -> Option<&str> {
+    let (rest, n) = s.rsplit_once(':')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(rest)
+}
+
+/// Whether a JS name ends in `:<line>:<column>`.
+fn has_column(name: &str) -> bool {
+    split_number(name).and_then(split_number).is_some()
+}
+
+/// A JS name ending in `:<line>:<column>` without its column.
+fn without_column(name: &str) -> &str {
+    match split_number(name) {
+        Some(rest) if split_number(rest).is_some() => rest,
+        _ => name,
+    }
 }
 
 /// Renames the JS frames of a stack table whose samples have the given
@@ -477,6 +499,36 @@ mod tests {
         let path = |s: usize| path_of(samples[s], &frames, &stack_frame, &stack_parent, &names);
         assert_eq!(path(0), ["0x9000", "outer", "inner", "0x9100"]);
         assert_eq!(path(1), ["0x9000", "outer", "0x9100"]);
+    }
+
+    #[test]
+    fn inlined_functions_are_named_by_line_where_code_events_are() {
+        // V8 10.2: code events give `url:line`, its log `url:line:column`.
+        let mut log = InlineLog::default();
+        log.parse(
+            "code-creation,JS,10,1,0x5000,40,inner /a.js:2:1,0xa2,^\n\
+             code-creation,JS,12,2,0x1000,256,outer /a.js:3:1,0xa3,*\n\
+             code-source-info,0x1000,1,0,99,C0O1C16O2I0C48O4,F0O9,S0xa2\n",
+        );
+        for (outer, inner) in
+            [("LazyCompile:*outer /a.js:3", "JS:inner /a.js:2"), ("JS:*outer /a.js:3:1", "JS:inner /a.js:2:1")]
+        {
+            let mut map = CodeMap::default();
+            map.add(0x1000, 0x100, CodeKind::Jit, outer, 1, 0);
+            let mut frames = vec![0x9000, 0x1018, 0x9100];
+            let (mut stack_frame, mut stack_parent, mut samples, mut names) =
+                (vec![0, 1, 2], vec![-1, 0, 1], vec![2], Vec::new());
+            let cols = StackColumns {
+                frame_address: &mut frames,
+                stack_frame: &mut stack_frame,
+                stack_parent: &mut stack_parent,
+            };
+            resolve_js_frames(&map, cols, &mut samples, &[10], &mut names, &log, usize::MAX);
+            assert!(names.iter().any(|n| n == inner), "{outer}: {names:?}");
+        }
+        assert_eq!(without_column("f /a.js:2:1"), "f /a.js:2");
+        assert_eq!(without_column("f /a.js:2"), "f /a.js:2");
+        assert!(has_column("f [eval]:1:5") && !has_column("f [eval]:1") && !has_column("f"));
     }
 
     #[test]

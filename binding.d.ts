@@ -32,7 +32,12 @@ export declare class StallWatcher {
  * `graceMs` (a busy main thread never runs its signal listeners), the
  * sampler is stopped and the profile written to `output` from a native
  * thread, as `stop({ output, ... })` would, and the signal then ends the
- * process. Once per process. See `claimExitSave`.
+ * process; with `sourceMaps` (a path), the maps of scripts compiled in
+ * memory are written there too, as JSON `[[script, map], ...]`, if there
+ * are any. With `checkpoint` (a path), each such signal first writes the
+ * profile so far there (raw, as `format` says), and the maps, whoever
+ * then saves: a process killed before it can save leaves that. Once per
+ * process. See `claimExitSave`.
  */
 export declare function armExitSignals(options: unknown): void
 

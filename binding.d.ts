@@ -35,9 +35,9 @@ export declare class StallWatcher {
  * process; with `sourceMaps` (a path), the maps of scripts compiled in
  * memory are written there too, as JSON `[[script, map], ...]`, if there
  * are any. With `checkpoint` (a path), each such signal first writes the
- * profile so far there (raw, as `format` says), and the maps, whoever
- * then saves: a process killed before it can save leaves that. Once per
- * process. See `claimExitSave`.
+ * profile so far there (raw, as `format` says), and the maps beside
+ * `sourceMaps` (`.partial.json`), whoever then saves: a process killed
+ * before it can save leaves those. Once per process. See `claimExitSave`.
  */
 export declare function armExitSignals(options: unknown): void
 

@@ -104,9 +104,16 @@ async function collect(dir, topPid) {
   procs.sort((a, b) => (a.startedMs || 0) - (b.startedMs || 0) || a.pid - b.pid)
   // The whole profile, or the one kept at a signal by a process killed
   // before it could write the whole one.
-  const rawOf = (p) => [`raw-${p.pid}.machprof`, `raw-${p.pid}.partial.machprof`].map((n) => path.join(dir, n)).find((f) => fs.existsSync(f))
-  const done = procs.filter((p) => rawOf(p))
-  const cutShort = done.filter((p) => rawOf(p).endsWith('.partial.machprof')).map((p) => ({ pid: p.pid, command: commandLine(p.argv) }))
+  const raws = new Map()
+  for (const p of procs) {
+    const raw = [`raw-${p.pid}.machprof`, `raw-${p.pid}.partial.machprof`].map((n) => path.join(dir, n)).find((f) => fs.existsSync(f))
+    if (raw) raws.set(p, raw)
+  }
+  const rawOf = (p) => raws.get(p)
+  const done = procs.filter((p) => raws.has(p))
+  const cutShort = done
+    .filter((p) => rawOf(p).endsWith('.partial.machprof'))
+    .map((p) => ({ pid: p.pid, command: commandLine(p.argv), running: alive(p.pid) }))
   const missing = procs
     .filter((p) => !done.includes(p))
     .map((p) => ({ pid: p.pid, command: commandLine(p.argv), running: alive(p.pid) }))
@@ -170,7 +177,8 @@ function processLines(summary, session) {
   }
   for (const c of session.cutShort || []) {
     const who = c.pid === null ? 'the program' : `${shortCommand(c.command)} (pid ${c.pid})`
-    lines.push(`  cut short: ${who} was killed after a signal before it could save; its profile ends at the signal`)
+    const why = c.running ? 'was still running when the command ended' : 'was killed after a signal before it could save'
+    lines.push(`  cut short: ${who} ${why}; its profile ends at the signal`)
   }
   for (const m of session.missing) {
     const why = m.running ? 'still running when the command ended' : 'ended without writing its profile'

@@ -375,7 +375,10 @@ function writeStalls(opts, sessionDir) {
  * transpiled as it loaded), for naming their frames here.
  */
 function noteSourceMaps(sessionDir) {
-  for (const name of fs.readdirSync(sessionDir).filter((n) => /^source-maps-\d+\.json$/.test(n))) {
+  // A checkpoint's maps (`.partial.json`) first: the final ones, a superset, replace them.
+  const names = fs.readdirSync(sessionDir).filter((n) => /^source-maps-\d+(\.partial)?\.json$/.test(n))
+  names.sort((a, b) => Number(b.includes('.partial')) - Number(a.includes('.partial')))
+  for (const name of names) {
     try {
       for (const [script, map] of JSON.parse(fs.readFileSync(path.join(sessionDir, name), 'utf8'))) addon.sourceMaps.note(script, map)
     } catch {

@@ -443,9 +443,9 @@ fn exit_signal(name: &str) -> Option<i32> {
 /// process; with `sourceMaps` (a path), the maps of scripts compiled in
 /// memory are written there too, as JSON `[[script, map], ...]`, if there
 /// are any. With `checkpoint` (a path), each such signal first writes the
-/// profile so far there (raw, as `format` says), and the maps, whoever
-/// then saves: a process killed before it can save leaves that. Once per
-/// process. See `claimExitSave`.
+/// profile so far there (raw, as `format` says), and the maps beside
+/// `sourceMaps` (`.partial.json`), whoever then saves: a process killed
+/// before it can save leaves those. Once per process. See `claimExitSave`.
 #[napi]
 pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str> {
     const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce, sourceMaps, checkpoint";
@@ -509,7 +509,12 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             }
         }
     };
-    let checkpoint_maps = source_maps.clone();
+    // Apart from the final save's maps, which a checkpoint running late
+    // must not replace with fewer.
+    let checkpoint_maps = source_maps.as_ref().map(|p| match p.strip_suffix(".json") {
+        Some(stem) => format!("{stem}.partial.json"),
+        None => format!("{p}.partial"),
+    });
     let checkpoint_job = checkpoint.map(|to| {
         Box::new(move || {
             // The sampler is stopped (the session is over) or slow: no copy.

@@ -235,6 +235,8 @@ fn watch(read_fd: i32, grace: Duration, save: SaveJob, mut checkpoint: Option<Ch
             return;
         }
         let sig = byte as i32;
+        // The grace counts from the signal, the checkpoint's time included.
+        let deadline = Instant::now() + grace;
         if let Some(job) = checkpoint.as_mut() {
             let due = last_checkpoint.is_none_or(|t| t.elapsed() >= CHECKPOINT_PERIOD);
             if due && STATE.load(Ordering::Acquire) == UNCLAIMED {
@@ -245,7 +247,6 @@ fn watch(read_fd: i32, grace: Duration, save: SaveJob, mut checkpoint: Option<Ch
         if PROGRAM_LISTENS.get(sig as usize).is_some_and(|l| l.load(Ordering::Acquire)) {
             continue;
         }
-        let deadline = Instant::now() + grace;
         while STATE.load(Ordering::Acquire) == UNCLAIMED && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -527,6 +527,12 @@ pub fn split_js_name(raw: &str) -> Option<(&str, &str, &str)> {
     Some((kind, &rest[..rest.len() - name.len()], name))
 }
 
+/// `s` without its trailing `:<digits>` (a line or a column), if it has one.
+pub fn strip_number(s: &str) -> Option<&str> {
+    let (rest, n) = s.rsplit_once(':')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(rest)
+}
+
 /// The location (`url:line:col`) of a JavaScript code-event name, as
 /// [`parse_js_name`] finds it, without allocating; None for non-JS code.
 pub fn js_location(raw: &str) -> Option<&str> {

@@ -20,7 +20,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::codemap::{parse_js_name, split_js_name, CodeKind, CodeMap, Hit};
+use super::codemap::{parse_js_name, split_js_name, strip_number, CodeKind, CodeMap, Hit};
 use super::inline_log::InlineLog;
 use crate::sampler::backend::TAGGED_FRAME;
 
@@ -140,25 +140,19 @@ fn inlined_at(inlines: &InlineLog, names: &mut Names, addr: u64, hit: &Hit<'_>) 
     }
     // V8 10.2's code events name a function by its line alone, its log by
     // line and column: the same function, inlined or not, is one row.
-    let line_only = split_number(name).is_some() && !has_column(name);
+    let line_only = strip_number(name).is_some() && !has_column(name);
     chain.into_iter().map(|f| names.tag(&format!("JS:{}", if line_only { without_column(f) } else { f }))).collect()
-}
-
-/// The trailing `:<digits>` of `s`, split off.
-fn split_number(s: &str) -> Option<&str> {
-    let (rest, n) = s.rsplit_once(':')?;
-    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(rest)
 }
 
 /// Whether a JS name ends in `:<line>:<column>`.
 fn has_column(name: &str) -> bool {
-    split_number(name).and_then(split_number).is_some()
+    strip_number(name).and_then(strip_number).is_some()
 }
 
 /// A JS name ending in `:<line>:<column>` without its column.
 fn without_column(name: &str) -> &str {
-    match split_number(name) {
-        Some(rest) if split_number(rest).is_some() => rest,
+    match strip_number(name) {
+        Some(rest) if strip_number(rest).is_some() => rest,
         _ => name,
     }
 }

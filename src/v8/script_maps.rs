@@ -17,6 +17,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::codemap::{js_location, strip_number};
+
 /// The largest map kept.
 pub const MAX_MAP_BYTES: u64 = 256 << 20;
 /// All maps and their scripts' URLs together: what a process keeps for
@@ -140,7 +142,7 @@ pub fn worth_noting(name: &str) -> Option<String> {
 
 /// [`worth_noting`]'s URL, borrowed from `name`.
 fn script_url(name: &str) -> Option<&str> {
-    let url = strip_position(super::codemap::js_location(name)?);
+    let url = strip_position(js_location(name)?);
     let local = url.starts_with('/') || url.starts_with("file://");
     let own_map = [".js", ".mjs", ".cjs"].iter().any(|ext| url.ends_with(ext));
     let skip = url.is_empty() || url.starts_with("node:") || (local && own_map);
@@ -149,14 +151,8 @@ fn script_url(name: &str) -> Option<&str> {
 
 /// `url` without a trailing `:<line>` or `:<line>:<column>`.
 fn strip_position(location: &str) -> &str {
-    let mut url = location;
-    for _ in 0..2 {
-        match url.rsplit_once(':') {
-            Some((rest, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => url = rest,
-            _ => break,
-        }
-    }
-    url
+    let line = strip_number(location).unwrap_or(location);
+    strip_number(line).unwrap_or(line)
 }
 
 #[cfg(test)]

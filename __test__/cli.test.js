@@ -162,16 +162,25 @@ describe('record', () => {
     expect(names(out)).toContain('busyLoopForCliTest')
   }, 30000)
 
-  test('a busy child killed by its wrapper soon after a relayed SIGINT (as under tsx) keeps its profile up to the signal', async () => {
-    const out = path.join(dir, 'relay-kill.machprof')
-    const run = h.cliAsync(['record', '-o', out, '--', NODE, path.join(__dirname, 'fixtures', 'cli-relay-kill.js')], { timeoutMs: 20000 })
+  // cli-busy.js spins 300 ms before it prints "ready": a 0.2 s duration has
+  // ended sampling by the signal, and the profile ends where sampling did.
+  test.each([
+    ['while sampling', 'relay-kill.machprof', [], 300],
+    ['after --duration ended sampling', 'relay-kill-duration.machprof', ['--duration', '0.2'], 1000],
+  ])('a busy child killed by its wrapper soon after a relayed SIGINT (as under tsx) keeps its profile up to the signal, %s', async (_, file, opts, waitMs) => {
+    const out = path.join(dir, file)
+    const run = h.cliAsync(['record', '-o', out, ...opts, '--', NODE, path.join(__dirname, 'fixtures', 'cli-relay-kill.js')], { timeoutMs: 20000 })
     await run.printed('ready')
-    await new Promise((res) => setTimeout(res, 300))
+    await new Promise((res) => setTimeout(res, waitMs))
     run.child.kill('SIGINT')
     const r = await run.done
     expect(r.status).toBe(137)
     expect(r.stderr).toMatch(/cut short: .*cli-busy\.js spin-handle \(pid \d+\) was killed after a signal/)
     expect(names(out)).toContain('busyLoopForCliTest')
+    const p = ms.loadProfile(out)
+    const seconds = Number(p.endTimeNs - p.startTimeNs) / 1e9
+    // Two processes, each sampled from its own start: the child's begins later.
+    if (opts.length) expect(seconds).toBeLessThan(waitMs / 1000)
   }, 30000)
 
   /** Runs cli-busy.js `how` under the preload alone, sends SIGINT once it spins; its end (killed after `timeoutMs`). */

@@ -598,7 +598,10 @@ pub fn run<B: Backend>(
             let to = shared.snapshot.lock().unwrap_or_else(PoisonError::into_inner).take();
             if let Some(to) = to {
                 backend.collect(&mut |c| session.on_capture(c, false));
-                let _ = to.send(session.recording(&options, (start_ns, backend.now_ns()), start_wall_ms, false));
+                // As at stop(): with a duration, the recording ends when sampling did.
+                let now = backend.now_ns();
+                let end_ns = sampling_ends.map_or(now, |end| end.min(now));
+                let _ = to.send(session.recording(&options, (start_ns, end_ns), start_wall_ms, false));
             }
         }
         let now = backend.now_ns();
@@ -775,10 +778,8 @@ pub fn run<B: Backend>(
     }
 
     // With a duration, the recording ends when sampling did.
-    let end_ns = match sampling_ends {
-        Some(end) => end.min(backend.now_ns()),
-        None => backend.now_ns(),
-    };
+    let now = backend.now_ns();
+    let end_ns = sampling_ends.map_or(now, |end| end.min(now));
     session.recording(&options, (start_ns, end_ns), start_wall_ms, true)
 }
 
@@ -1334,6 +1335,35 @@ mod tests {
         assert!(seen > 4_000, "{seen} threads came and went");
         assert!(rec.threads.len() <= 2 * 4 + 256, "{} threads kept", rec.threads.len());
         assert!(rec.threads.iter().any(|t| t.tid == 1) && rec.threads.iter().any(|t| t.tid == 2));
+    }
+
+    #[test]
+    fn a_snapshot_after_the_duration_ends_where_sampling_did() {
+        let (b, rx, _) = fake(30, &[1]);
+        let shared = Arc::new(Shared::default());
+        shared.native_unwinding.store(true, SeqCst);
+        let obs = TestObserver::new(1, 1_000_000);
+        let (to, from) = crossbeam_channel::bounded(1);
+        // Asked at the first tick after the duration (the fake clock starts at 1 µs).
+        let (s, mut asked) = (shared.clone(), false);
+        let ask = move |now: u64| {
+            if now >= 11_000_000 && !asked {
+                asked = true;
+                *s.snapshot.lock().unwrap() = Some(to.clone());
+                s.snapshot_wanted.store(true, SeqCst);
+            }
+        };
+        let hooks = Hooks { observer: Some(obs), on_tick: Some(Box::new(ask)), ..Default::default() };
+        let opts = SamplerOptions {
+            interval_ns: 1_000_000,
+            mode: Mode::Wall,
+            duration_ns: Some(5_000_000),
+            ..Default::default()
+        };
+        let rec = run(b, opts, &shared, rx, hooks);
+        let copy = from.try_recv().expect("the loop answered");
+        assert_eq!(copy.end_ns - copy.start_ns, 5_000_000);
+        assert_eq!(copy.samples.weight, rec.samples.weight);
     }
 
     #[test]

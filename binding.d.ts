@@ -37,7 +37,9 @@ export declare class StallWatcher {
  * are any. With `checkpoint` (a path), each such signal first writes the
  * profile so far there (raw, as `format` says), and the maps beside
  * `sourceMaps` (`.partial.json`), whoever then saves: a process killed
- * before it can save leaves those. Once per process. See `claimExitSave`.
+ * before it can save leaves those; with `checkpointEveryMs` as well, that
+ * often (less often if one takes more than 1 % of that). Once per
+ * process. See `claimExitSave`.
  */
 export declare function armExitSignals(options: unknown): void
 

@@ -341,8 +341,10 @@ function main() {
             sourceMaps: sourceMapsFile(sessionDir),
             // Kept at each signal, for a process killed before it saves
             // (a wrapper such as tsx sends SIGKILL to a child that does not
-            // answer its relayed Ctrl-C within 60 ms).
+            // answer its relayed Ctrl-C within 60 ms), and every
+            // --checkpoint seconds, for one killed with no signal first.
             checkpoint: output.replace(/\.machprof$/, '.partial.machprof'),
+            ...(settings.checkpointS > 0 ? { checkpointEveryMs: Math.round(settings.checkpointS * 1000) } : {}),
           }
         : { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, symbolicate: true, announce: true },
     )

@@ -1,6 +1,8 @@
 'use strict'
 // The JS API in this process: argument checking, errors, stats while
 // running, and the shape of a profile.
+const os = require('os')
+const path = require('path')
 const util = require('util')
 const { Worker } = require('worker_threads')
 const ms = require('..')
@@ -65,6 +67,14 @@ describe('bad input is a coded error, never a crash or a clamp', () => {
     expect(ms.isRunning()).toBe(true)
     ms.stop()
     expectCode(() => ms.stop(), 'ESRCH')
+  })
+  test("the preload's exit save: a checkpoint period out of range, or without a checkpoint, is refused before arming", () => {
+    const { exitSave } = require('../lib/addon.js')
+    const base = { signals: ['SIGINT'], output: path.join(os.tmpdir(), 'never-written.machprof'), format: 'machprof' }
+    for (const every of [0, 99, 86400001, NaN]) {
+      expectCode(() => exitSave.arm({ ...base, checkpoint: `${base.output}.partial`, checkpointEveryMs: every }), 'EINVAL', 'checkpointEveryMs must be from 100 to 86400000')
+    }
+    expectCode(() => exitSave.arm({ ...base, checkpointEveryMs: 1000 }), 'EINVAL', 'checkpointEveryMs needs options.checkpoint')
   })
   test('explicit undefined means the default', () => {
     ms.start({ intervalMs: undefined, maxStackDepth: undefined })

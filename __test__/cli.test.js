@@ -175,12 +175,41 @@ describe('record', () => {
     run.child.kill('SIGINT')
     const r = await run.done
     expect(r.status).toBe(137)
-    expect(r.stderr).toMatch(/cut short: .*cli-busy\.js spin-handle \(pid \d+\) was killed after a signal/)
+    expect(r.stderr).toMatch(/cut short: .*cli-busy\.js spin-handle \(pid \d+\) was killed before it could save/)
     expect(names(out)).toContain('busyLoopForCliTest')
     const p = ms.loadProfile(out)
     const seconds = Number(p.endTimeNs - p.startTimeNs) / 1e9
     // Two processes, each sampled from its own start: the child's begins later.
     if (opts.length) expect(seconds).toBeLessThan(waitMs / 1000)
+  }, 30000)
+
+  // SIGKILL from a user or a supervisor, or the out-of-memory killer: no
+  // signal comes first, so only a periodic checkpoint keeps anything.
+  test.each([
+    ['keeps its profile up to its last periodic checkpoint', ['--checkpoint', '0.3'], true],
+    ['leaves nothing with --checkpoint 0', ['--checkpoint', '0'], false],
+  ])('a busy program killed outright (SIGKILL, no signal first) %s', async (_, opts, kept) => {
+    const script = path.join(dir, 'spin-until-killed.js')
+    const pidFile = path.join(dir, `spin-until-killed-${kept}.pid`)
+    fs.writeFileSync(
+      script,
+      "function spinUntilKilled() { let x = 0; for (;;) x += Math.sqrt(x + 1) }\n" +
+        "require('fs').writeFileSync(process.argv[2], String(process.pid))\nconsole.log('ready')\nspinUntilKilled()\n",
+    )
+    const out = path.join(dir, `killed-${kept}.machprof`)
+    const run = h.cliAsync(['record', '-o', out, ...opts, '--', NODE, script, pidFile], { timeoutMs: 20000 })
+    await run.printed('ready')
+    await new Promise((res) => setTimeout(res, 1200))
+    process.kill(Number(fs.readFileSync(pidFile, 'utf8')), 'SIGKILL')
+    const r = await run.done
+    expect(r.status).toBe(137)
+    if (kept) {
+      expect(r.stderr).toMatch(/cut short: .*spin-until-killed\.js .*\(pid \d+\) was killed before it could save; its profile ends at its last checkpoint/)
+      expect(names(out)).toContain('spinUntilKilled')
+    } else {
+      expect(r.stderr).toMatch(/no profile was recorded: .* died of signal 9/)
+      expect(fs.existsSync(out)).toBe(false)
+    }
   }, 30000)
 
   /** Runs cli-busy.js `how` under the preload alone, sends SIGINT once it spins; its end (killed after `timeoutMs`). */
@@ -484,6 +513,7 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ['bad --duration', ['record', '--duration', '-2', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, '--duration must be between 0.001 and 1000000000 seconds'],
     ['contradicting options', ['record', '--perf-map', '--no-jit-names', '-o', W('o8b.html'), '--', NODE, h.BUSY], 2, '--perf-map and --no-jit-names contradict each other'],
     ['--duration too long for start()', ['record', '--duration', '99999999999', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, "--duration must be between 0.001 and 1000000000 seconds, got '99999999999'"],
+    ['bad --checkpoint', ['record', '--checkpoint', '0.05', '-o', W('o8c.html'), '--', NODE, h.BUSY], 2, "--checkpoint must be 0 (none) or between 0.1 and 86400 seconds, got '0.05'"],
     ['--duration below a millisecond', ['record', '--duration', '0.0001', '-o', W('o8.html'), '--', NODE, h.BUSY], 2, "got '0.0001'"],
     ['unknown format', ['record', '-f', 'gif', '-o', W('o9.html'), '--', NODE, h.BUSY], 2, "unknown format 'gif'"],
     ['unknown extension', ['record', '-o', W('o10.json'), '--', NODE, h.BUSY], 2, 'cannot tell the format'],

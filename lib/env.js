@@ -44,7 +44,7 @@ function quote(arg) {
  */
 function forRecordedProgram(
   base,
-  { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, follow = false, stallsMs, nodeFlags = [], v8Log },
+  { sessionDir, intervalMs, maxStackDepth, bufferSamples, mode, durationS, jsNames, live, follow = false, stallsMs, checkpointS, nodeFlags = [], v8Log },
 ) {
   const original = base.NODE_OPTIONS || ''
   const env = {
@@ -62,6 +62,7 @@ function forRecordedProgram(
   if (live) env.MACHSAMPLER_LIVE = '1'
   if (follow) env.MACHSAMPLER_FOLLOW = '1'
   if (stallsMs !== undefined) env.MACHSAMPLER_STALLS_MS = String(stallsMs)
+  if (checkpointS !== undefined) env.MACHSAMPLER_CHECKPOINT_S = String(checkpointS)
   // The --logfile the program's V8 writes (`record` adds the flags): the
   // addon reads it at stop() to split out inlined functions.
   if (v8Log !== undefined) env.MACHSAMPLER_V8_LOG = v8Log
@@ -100,6 +101,7 @@ function readSettings(env) {
     live: Boolean(sessionDir) && env.MACHSAMPLER_LIVE === '1',
     follow: Boolean(sessionDir) && env.MACHSAMPLER_FOLLOW === '1',
     stallsMs: sessionDir ? number(env, 'MACHSAMPLER_STALLS_MS', bad) : undefined,
+    checkpointS: sessionDir ? number(env, 'MACHSAMPLER_CHECKPOINT_S', bad) : undefined,
   }
 }
 

@@ -177,8 +177,8 @@ function processLines(summary, session) {
   }
   for (const c of session.cutShort || []) {
     const who = c.pid === null ? 'the program' : `${shortCommand(c.command)} (pid ${c.pid})`
-    const why = c.running ? 'was still running when the command ended' : 'was killed after a signal before it could save'
-    lines.push(`  cut short: ${who} ${why}; its profile ends at the signal`)
+    const why = c.running ? 'was still running when the command ended' : 'was killed before it could save'
+    lines.push(`  cut short: ${who} ${why}; its profile ends at its last checkpoint (a signal, or every --checkpoint seconds)`)
   }
   for (const m of session.missing) {
     const why = m.running ? 'still running when the command ended' : 'ended without writing its profile'

@@ -54,6 +54,9 @@ Options:
       --depth <n>       frames kept per stack: 1 to 1024 (default 512)
       --duration <s>    stop sampling after <s> seconds (the program runs on;
                         the profile is written when it ends)
+      --checkpoint <s>  each process keeps its profile so far every <s>
+                        seconds (default 10; 0: only at SIGINT, SIGTERM and
+                        SIGHUP), for one killed before it can write it
       --no-jit-names    do not name JavaScript frames (they stay 0x...)
       --no-inline       do not split out functions that optimized code
                         inlined (when the command is node, record adds

@@ -34,6 +34,9 @@ const { scratchDir } = require('./scratch')
 // own: the older way, for a V8 the addon cannot use. Both flags are allowed
 // in NODE_OPTIONS.
 const PERF_MAP_FLAGS = ['--perf-basic-prof-only-functions', '--interpreted-frames-native-stack']
+// How often a recorded process keeps its profile so far, for one killed
+// with no signal first (SIGKILL, the out-of-memory killer).
+const DEFAULT_CHECKPOINT_S = 10
 const LIVE_AFTER_MS = 1000
 const LIVE_EVERY_MS = 250
 const SPEC = {
@@ -54,6 +57,7 @@ const SPEC = {
   quiet: { type: 'boolean', short: 'q' },
   'symbol-path': { type: 'string' },
   stalls: { type: 'string' },
+  checkpoint: { type: 'string' },
 }
 
 function timestamp(d = new Date()) {
@@ -105,6 +109,10 @@ function parseRecordArgs(argv) {
   if (durationS !== undefined && !(durationS >= 0.001 && durationS <= 1e9)) {
     throw new CliError(`--duration must be between 0.001 and 1000000000 seconds, got '${values.duration}'`, USAGE)
   }
+  const checkpointS = number(values, 'checkpoint')
+  if (checkpointS !== undefined && checkpointS !== 0 && !(checkpointS >= 0.1 && checkpointS <= 86400)) {
+    throw new CliError(`--checkpoint must be 0 (none) or between 0.1 and 86400 seconds, got '${values.checkpoint}'`, USAGE)
+  }
   const view = checkView(values.view)
   const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`
@@ -119,6 +127,7 @@ function parseRecordArgs(argv) {
     mode,
     durationS,
     stallsMs,
+    checkpointS: checkpointS ?? DEFAULT_CHECKPOINT_S,
     jitNames: values['no-jit-names'] !== true,
     inline: values['no-inline'] !== true && values['no-jit-names'] !== true,
     perfMap: values['perf-map'] === true,
@@ -142,6 +151,7 @@ function childEnv(opts, sessionDir, live) {
     live,
     follow: opts.follow,
     stallsMs: opts.stallsMs,
+    checkpointS: opts.checkpointS,
     nodeFlags: opts.perfMap ? PERF_MAP_FLAGS : [],
     v8Log: opts.v8Log,
   })

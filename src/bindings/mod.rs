@@ -445,10 +445,13 @@ fn exit_signal(name: &str) -> Option<i32> {
 /// are any. With `checkpoint` (a path), each such signal first writes the
 /// profile so far there (raw, as `format` says), and the maps beside
 /// `sourceMaps` (`.partial.json`), whoever then saves: a process killed
-/// before it can save leaves those. Once per process. See `claimExitSave`.
+/// before it can save leaves those; with `checkpointEveryMs` as well, that
+/// often (less often if one takes more than 1 % of that). Once per
+/// process. See `claimExitSave`.
 #[napi]
 pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str> {
-    const KEYS: &str = "signals, graceMs, output, format, compress, symbolicate, announce, sourceMaps, checkpoint";
+    const KEYS: &str =
+        "signals, graceMs, output, format, compress, symbolicate, announce, sourceMaps, checkpoint, checkpointEveryMs";
     let mut signals = Vec::new();
     let mut grace_ms = 300.0;
     let mut output = None;
@@ -456,6 +459,7 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
     let mut announce = false;
     let mut source_maps = None;
     let mut checkpoint = None;
+    let mut checkpoint_every_ms = None;
     let mut save_options = Vec::new();
     for (key, val) in formats::entries(options, "options")? {
         match key.as_str() {
@@ -485,6 +489,16 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
             "announce" => announce = formats::boolean(&val, "options.announce")?,
             "sourceMaps" => source_maps = Some(formats::string(&val, "options.sourceMaps")?),
             "checkpoint" => checkpoint = Some(val),
+            "checkpointEveryMs" => {
+                let ms = formats::number(&val, "options.checkpointEveryMs")?;
+                if !(100.0..=86_400_000.0).contains(&ms) {
+                    return Err(einval(format!(
+                        "options.checkpointEveryMs must be from 100 to 86400000, got {}",
+                        crate::sampler::options::js_number(ms)
+                    )));
+                }
+                checkpoint_every_ms = Some(ms);
+            }
             "format" | "compress" => save_options.push((key, val)),
             _ => return Err(einval(format!("unknown option '{key}'; valid options are {KEYS}"))),
         }
@@ -497,6 +511,9 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
     let save = formats::SaveRequest::parse(&output, "options.output", Some(options.to_unknown()))?;
     let checkpoint = match checkpoint {
         Some(path) => Some(formats::SaveRequest::parse(&path, "options.checkpoint", Some(options.to_unknown()))?),
+        None if checkpoint_every_ms.is_some() => {
+            return Err(einval("options.checkpointEveryMs needs options.checkpoint (where to keep them)"))
+        }
         None => None,
     };
     let write_maps = move |path: &Option<String>| {
@@ -546,7 +563,8 @@ pub fn arm_exit_signals(env: &Env, options: Unknown) -> Result<(), &'static str>
         write_maps(&source_maps);
     });
     let grace = std::time::Duration::from_secs_f64(grace_ms / 1000.0);
-    control::exit_signals::arm(&signals, grace, job, checkpoint_job).map_err(js_error)
+    let every = checkpoint_every_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0));
+    control::exit_signals::arm(&signals, grace, job, checkpoint_job, every).map_err(js_error)
 }
 
 /// For the preload: JavaScript is about to save the profile at exit.

@@ -25,6 +25,9 @@
 //! than the profile): a process that handles the signal while busy only
 //! later, or never, is often killed outright soon after (a wrapper that
 //! relays Ctrl-C, then sends SIGKILL when the child does not answer).
+//! Optionally the watcher also keeps one every so often, for a process
+//! killed with no signal before (SIGKILL from a user or a supervisor, the
+//! out-of-memory killer); it then spends at most 1 % of its time on them.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -62,16 +65,57 @@ pub type CheckpointJob = Box<dyn FnMut() + Send>;
 
 /// Checkpoints come at most this often, however many signals arrive.
 const CHECKPOINT_PERIOD: Duration = Duration::from_secs(1);
+/// Periodic checkpoints are spaced at least this many times what the last
+/// one took.
+const CHECKPOINT_COST_FACTOR: u32 = 100;
+
+/// When the watcher keeps its next checkpoint.
+#[derive(Clone, Copy, Debug)]
+struct CheckpointSchedule {
+    /// The period of periodic checkpoints; None for checkpoints at signals only.
+    every: Option<Duration>,
+    last: Option<Instant>,
+    last_cost: Duration,
+}
+
+impl CheckpointSchedule {
+    fn new(every: Option<Duration>, armed: Instant) -> Self {
+        // The first periodic one comes a period after arming.
+        CheckpointSchedule { every, last: every.map(|_| armed), last_cost: Duration::ZERO }
+    }
+
+    /// Whether a signal arriving at `now` gets a checkpoint.
+    fn at_signal(&self, now: Instant, first: bool) -> bool {
+        first || self.last.is_none_or(|t| now.saturating_duration_since(t) >= CHECKPOINT_PERIOD)
+    }
+
+    /// How long from `now` until the next periodic checkpoint (zero if it
+    /// is due); None without periodic checkpoints.
+    fn wait(&self, now: Instant) -> Option<Duration> {
+        let every = self.every?.max(self.last_cost * CHECKPOINT_COST_FACTOR);
+        let last = self.last.unwrap_or(now);
+        Some((last + every).saturating_duration_since(now))
+    }
+
+    /// A checkpoint ran from `started` to `ended`.
+    fn ran(&mut self, started: Instant, ended: Instant) {
+        self.last = Some(ended);
+        self.last_cost = ended.saturating_duration_since(started);
+    }
+}
 
 /// Arms the native path for `signals`, once per process: JavaScript has
 /// `grace` after a signal to claim the save, after which `save` runs on the
 /// watcher thread and the signal ends the process. `checkpoint`, if given,
-/// runs as each signal arrives while nobody has claimed the save.
+/// runs as each signal arrives while nobody has claimed the save, and with
+/// `checkpoint_every` also that often (or less often: see
+/// [`CHECKPOINT_COST_FACTOR`]).
 pub fn arm(
     signals: &[i32],
     grace: Duration,
     save: SaveJob,
     checkpoint: Option<CheckpointJob>,
+    checkpoint_every: Option<Duration>,
 ) -> Result<(), SamplerError> {
     if signals.iter().any(|&s| s <= 0 || s as usize >= SIGNALS) {
         return Err(SamplerError::new(ErrorCode::Inval, "signals must be numbers from 1 to 64"));
@@ -92,7 +136,8 @@ pub fn arm(
     }
     let spawned = std::thread::Builder::new().name("machsampler-exit".into()).spawn(move || {
         let _own = crate::sampler::own_threads::OwnThread::mark();
-        watch(read_fd, grace, save, checkpoint)
+        let schedule = CheckpointSchedule::new(checkpoint_every.filter(|_| checkpoint.is_some()), Instant::now());
+        watch(read_fd, grace, save, checkpoint, schedule)
     });
     if let Err(e) = spawned {
         // SAFETY: both descriptors are ours and not used elsewhere.
@@ -220,11 +265,40 @@ fn errno_location() -> *mut libc::c_int {
 }
 
 /// The watcher thread: waits for signals; on one that nobody handles in
-/// time, saves and ends the process with it.
-fn watch(read_fd: i32, grace: Duration, save: SaveJob, mut checkpoint: Option<CheckpointJob>) {
+/// time, saves and ends the process with it. Keeps checkpoints meanwhile.
+fn watch(
+    read_fd: i32,
+    grace: Duration,
+    save: SaveJob,
+    mut checkpoint: Option<CheckpointJob>,
+    mut schedule: CheckpointSchedule,
+) {
     let mut save = Some(save);
-    let mut last_checkpoint: Option<Instant> = None;
+    let mut keep = |schedule: &mut CheckpointSchedule| {
+        if let (Some(job), UNCLAIMED) = (checkpoint.as_mut(), STATE.load(Ordering::Acquire)) {
+            let started = Instant::now();
+            job();
+            schedule.ran(started, Instant::now());
+        }
+    };
+    let mut signalled = false;
     loop {
+        if let Some(wait) = schedule.wait(Instant::now()) {
+            let mut pfd = libc::pollfd { fd: read_fd, events: libc::POLLIN, revents: 0 };
+            // Rounded up: a poll that ends early would find nothing due.
+            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            // SAFETY: polls one valid pollfd, a local.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n == 0 {
+                if schedule.wait(Instant::now()).is_some_and(|w| w.is_zero()) {
+                    keep(&mut schedule);
+                }
+                continue;
+            }
+        }
         let mut byte = 0u8;
         // SAFETY: reads one byte into a local from our pipe's read end.
         let n = unsafe { libc::read(read_fd, &mut byte as *mut u8 as *mut libc::c_void, 1) };
@@ -237,13 +311,10 @@ fn watch(read_fd: i32, grace: Duration, save: SaveJob, mut checkpoint: Option<Ch
         let sig = byte as i32;
         // The grace counts from the signal, the checkpoint's time included.
         let deadline = Instant::now() + grace;
-        if let Some(job) = checkpoint.as_mut() {
-            let due = last_checkpoint.is_none_or(|t| t.elapsed() >= CHECKPOINT_PERIOD);
-            if due && STATE.load(Ordering::Acquire) == UNCLAIMED {
-                job();
-                last_checkpoint = Some(Instant::now());
-            }
+        if schedule.at_signal(Instant::now(), !signalled) {
+            keep(&mut schedule);
         }
+        signalled = true;
         if PROGRAM_LISTENS.get(sig as usize).is_some_and(|l| l.load(Ordering::Acquire)) {
             continue;
         }
@@ -281,4 +352,38 @@ fn end_with(sig: i32) {
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: ends the process at once, as the signal's action would have.
     unsafe { libc::_exit(128 + sig) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn checkpoints_at_signals_come_at_most_once_a_second() {
+        let t0 = Instant::now();
+        let mut s = CheckpointSchedule::new(None, t0);
+        assert!(s.wait(t0).is_none());
+        assert!(s.at_signal(t0, true));
+        s.ran(t0, t0);
+        assert!(!s.at_signal(t0 + S / 2, false));
+        assert!(s.at_signal(t0 + S, false));
+    }
+
+    #[test]
+    fn periodic_checkpoints_start_a_period_after_arming_and_keep_their_cost_under_one_percent() {
+        let t0 = Instant::now();
+        let mut s = CheckpointSchedule::new(Some(10 * S), t0);
+        assert_eq!(s.wait(t0), Some(10 * S));
+        assert_eq!(s.wait(t0 + 4 * S), Some(6 * S));
+        assert_eq!(s.wait(t0 + 11 * S), Some(Duration::ZERO));
+        // One that took 0.2 s: the next comes 20 s after it, not 10.
+        let (start, end) = (t0 + 11 * S, t0 + 11 * S + S / 5);
+        s.ran(start, end);
+        assert_eq!(s.wait(end), Some(20 * S));
+        // A first signal always gets one, even just after a periodic one.
+        assert!(s.at_signal(end, true));
+        assert!(!s.at_signal(end, false));
+    }
 }

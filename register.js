@@ -99,7 +99,7 @@ function watchWorkers(sessionDir) {
 // Node children record themselves (they inherit NODE_OPTIONS); the others
 // are listed by `record` from this log, so a user sees what was not profiled.
 
-function watchChildren(sessionDir) {
+function watchChildren(sessionDir, v8LogFlags) {
   const cp = require('child_process')
   const log = path.join(sessionDir, `children-${process.pid}.jsonl`)
   const spawn = cp.ChildProcess.prototype.spawn
@@ -160,6 +160,27 @@ function watchChildren(sessionDir) {
       }
     }
   }
+  // fork() passes process.execArgv on, which no longer holds V8's log flags
+  // (see takeV8LogFlags): a child forked while `record` runs gets them back,
+  // so its inlined functions are split out too.
+  if (v8LogFlags.length > 0) {
+    const fork = cp.fork
+    cp.fork = function (modulePath, ...rest) {
+      try {
+        // (modulePath, [args], [options]): options is the first object that is no array.
+        const at = rest[0] !== null && typeof rest[0] === 'object' && !Array.isArray(rest[0]) ? 0 : 1
+        const options = rest[at] !== null && typeof rest[at] === 'object' ? rest[at] : {}
+        const execArgv = Array.isArray(options.execArgv) ? options.execArgv : process.execArgv
+        if (fs.existsSync(sessionDir) && !execArgv.some((a) => a.startsWith('--logfile='))) {
+          while (rest.length < at) rest.push(undefined)
+          rest[at] = { ...options, execArgv: [...v8LogFlags, ...execArgv] }
+        }
+      } catch {
+        // The child starts as the program asked, without V8's log.
+      }
+      return Reflect.apply(fork, this, [modulePath, ...rest])
+    }
+  }
   const fileAndArgs = (a) => [a[0], ...(Array.isArray(a[1]) ? a[1] : [])].join(' ')
   sync('spawnSync', fileAndArgs)
   sync('execFileSync', fileAndArgs)
@@ -169,9 +190,25 @@ function watchChildren(sessionDir) {
   require('module').syncBuiltinESMExports()
 }
 
+/**
+ * Takes the flags `record` put on node's command line for V8's code log
+ * out of process.execArgv, where the program would see them and fork()
+ * would pass them on: a child started after `record` has ended (and removed
+ * the log's directory) would have V8 write its log to the child's stdout.
+ * Returns them.
+ */
+function takeV8LogFlags() {
+  const log = process.env.MACHSAMPLER_V8_LOG
+  if (!log) return []
+  const taken = process.execArgv.filter((a) => env.isV8LogFlag(a, log))
+  if (taken.length > 0) process.execArgv.splice(0, process.execArgv.length, ...process.execArgv.filter((a) => !env.isV8LogFlag(a, log)))
+  return taken
+}
+
 function main() {
   const settings = env.readSettings(process.env)
   const { sessionDir } = settings
+  const v8LogFlags = takeV8LogFlags()
   // Worker threads run preloads too. The sampler is process-wide already;
   // a worker says which OS thread it is and registers its isolate.
   if (!isMainThread) {
@@ -193,15 +230,12 @@ function main() {
   if (settings.follow) {
     // Children keep the preload in NODE_OPTIONS: each records itself.
     try {
-      // Without the flags `record` added for V8's code log.
-      const log = process.env.MACHSAMPLER_V8_LOG
-      const execArgv = process.execArgv.filter((a) => !(log && env.isV8LogFlag(a, log)))
-      const info = { pid: process.pid, ppid: process.ppid, argv: [process.argv0, ...execArgv, ...process.argv.slice(1)], startedMs: Date.now() }
+      const info = { pid: process.pid, ppid: process.ppid, argv: [process.argv0, ...process.execArgv, ...process.argv.slice(1)], startedMs: Date.now() }
       fs.writeFileSync(path.join(sessionDir, `proc-${process.pid}.json`), JSON.stringify(info))
     } catch {
       // The CLI then lists the profile without its command line.
     }
-    watchChildren(sessionDir)
+    watchChildren(sessionDir, v8LogFlags)
   } else {
     // The program's children must not inherit the preload.
     env.restoreOriginal(process.env)

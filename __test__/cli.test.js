@@ -262,6 +262,28 @@ describe('record', () => {
     expect(f.stdout).toMatch(/^grandchild --max-old-space-size=200 --require \S*register\.js$/m)
   })
 
+  test("V8's log flags stay out of process.execArgv; forked children get them only while record follows them", () => {
+    // A child forked after record has ended (its log directory gone) would
+    // have V8 write the log to its stdout.
+    const script = path.join(dir, 'fork-execargv.js')
+    fs.writeFileSync(
+      script,
+      [
+        "const { fork } = require('child_process')",
+        "const cmdline = require('fs').readFileSync('/proc/self/cmdline', 'utf8').split('\\0')",
+        "const who = process.argv[2] || 'parent'",
+        "console.log(who, 'execArgv', JSON.stringify(process.execArgv), 'command line logs', cmdline.includes('--log-code'))",
+        "if (who === 'parent') fork(__filename, ['child'])",
+      ].join('\n'),
+    )
+    for (const [opts, childLogs] of [[[], true], [['--no-follow'], false]]) {
+      const r = h.cli(['record', '-q', ...opts, '-o', path.join(dir, 'fork-execargv.machprof'), '--', NODE, script])
+      expect(r.status).toBe(0)
+      expect(r.stdout).toContain('parent execArgv [] command line logs true')
+      expect(r.stdout).toContain(`child execArgv [] command line logs ${childLogs}`)
+    }
+  })
+
   test('through a shell: the Node process it starts records', () => {
     const out = path.join(dir, 'shell.machprof')
     const r = h.cli(['record', '-q', '-o', out, '--', 'sh', '-c', `"${NODE}" "${h.BUSY}" exit 4`])

@@ -399,6 +399,12 @@ export interface ProfileSummary {
   samples: number
   /** Of those, samples of idle threads. */
   idleSamples: number
+  /**
+   * Running samples spent writing V8's code log (on under `record`, to
+   * split out inlined functions): the profiler's cost on the program's
+   * threads. 0 without names.
+   */
+  v8LogSamples: number
   /** Threads with at least one sample. */
   threadsSampled: number
   /** Threads the sampler saw. */

@@ -250,13 +250,30 @@ describe('saying so when something is off', () => {
     const r = h.cli(['record', '-o', path.join(dir, 'cost.collapsed'), '--', NODE, h.BUSY])
     expect(r.status).toBe(0)
     const m =
-      /Profiler cost: sampler thread ([\d.]+) ms CPU \(([\d.]+)% of one core\); sampled threads stopped ([\d.]+) m?s in all, ([\d.]+) µs per sample; JavaScript threads ([\d.]+) m?s CPU describing their code for names\./.exec(
+      /Profiler cost: sampler thread ([\d.]+) ms CPU \(([\d.]+)% of one core\); sampled threads stopped ([\d.]+) m?s in all, ([\d.]+) µs per sample; JavaScript threads ([\d.]+) m?s CPU describing their code for names(; V8 writing its code log about [\d.]+ m?s \(--no-inline turns it off\))?\./.exec(
         r.stderr,
       )
     expect(m).not.toBeNull()
     expect(Number(m[1])).toBeGreaterThan(0)
     // The main thread's code, at least, was described.
     expect(Number(m[5])).toBeGreaterThan(0)
+  }, 60000)
+
+  test("V8 writing the code log record turns on is counted as the profiler's cost; --no-inline has none", () => {
+    // Each worker's start-up has V8 log every function of the modules it loads.
+    const script = path.join(dir, 'log-heavy.js')
+    fs.writeFileSync(
+      script,
+      "const { Worker } = require('worker_threads')\nfor (let i = 0; i < 12; i++) new Worker('let x = 0; for (let i = 0; i < 1e5; i++) x += i', { eval: true })\n",
+    )
+    const cost = (opts) => {
+      const r = h.cli(['record', '--interval', '1', ...opts, '-o', path.join(dir, 'log-heavy.collapsed'), '--', NODE, script])
+      expect(r.status).toBe(0)
+      const m = /; V8 writing its code log about ([\d.]+) (m?s) \(--no-inline turns it off\)\./.exec(r.stderr)
+      return m ? Number(m[1]) * (m[2] === 's' ? 1000 : 1) : 0
+    }
+    expect(cost([])).toBeGreaterThan(0)
+    expect(cost(['--no-inline'])).toBe(0)
   }, 60000)
 
   test('JavaScript that cannot be named: one warning that says why and what to do', () => {

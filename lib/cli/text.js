@@ -155,9 +155,12 @@ function costLines(summary) {
   // V8 describing the code of each JavaScript thread for names: run on
   // those threads, once each (older profiles do not have it).
   const names = s.codeEventsCpuNs > 0 ? `; JavaScript threads ${ms(s.codeEventsCpuNs)} CPU describing their code for names` : ''
+  // V8 writing its code log, which `record` turns on to split out inlined
+  // functions: found in the samples, by name.
+  const log = summary.v8LogSamples > 0 ? `; V8 writing its code log about ${ms(summary.v8LogSamples * summary.intervalNs)} (--no-inline turns it off)` : ''
   return [
     `Profiler cost: sampler thread ${ms(s.samplerCpuNs)} CPU${core}; ` +
-      `sampled threads stopped ${ms(s.totalSuspendNs)} in all${each}${names}.`,
+      `sampled threads stopped ${ms(s.totalSuspendNs)} in all${each}${names}${log}.`,
   ]
 }
 

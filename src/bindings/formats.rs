@@ -567,6 +567,10 @@ pub struct JsProfileSummary {
     pub samples: f64,
     /// Of those, samples of idle threads.
     pub idle_samples: f64,
+    /// Running samples spent writing V8's code log (on under `record`, to
+    /// split out inlined functions): the profiler's cost on the program's
+    /// threads. 0 without names.
+    pub v8_log_samples: f64,
     /// Threads with at least one sample.
     pub threads_sampled: u32,
     /// Threads the sampler saw.
@@ -598,6 +602,7 @@ impl JsProfileSummary {
             samples: d.total_weight() as f64,
             idle_samples: (0..d.sample_count()).filter(|&i| d.sample_idle[i] != 0).map(|i| d.weight(i)).sum::<u64>()
                 as f64,
+            v8_log_samples: crate::formats::profiler_cost::v8_log_samples(d) as f64,
             threads_sampled: sampled.iter().filter(|&&s| s).count() as u32,
             threads_seen: d.threads.len() as u32,
             symbolicated: d.symbols.is_some(),

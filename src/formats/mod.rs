@@ -41,6 +41,7 @@ mod flamegraph;
 pub mod machprof;
 pub mod names;
 mod pprof;
+pub mod profiler_cost;
 pub mod report;
 mod speedscope;
 pub mod stall_summary;

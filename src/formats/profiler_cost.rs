@@ -14,24 +14,41 @@ use crate::profile::ProfileData;
 const V8_LOG_WRITER: [&str; 3] = ["v8::internal::V8FileLogger::", "v8::internal::LogFile::", "v8::internal::Log::"];
 const NOT_WRITING: &str = "v8::internal::V8FileLogger::SetCodeEventHandler";
 
-/// Running samples (weights counted) with a frame of V8's code-log writer;
-/// 0 for a profile without names.
+/// Frames of the addon's own code-event handling, which V8's log classes
+/// also call into (line positions go through `V8FileLogger` to the JIT
+/// handler): time under them is not the log's.
+const HANDLER: [&str; 2] = ["machsampler::", "v8::internal::JitLogger::"];
+
+/// Running samples (weights counted) in V8's code-log writer, and not in
+/// the addon's handler under it; 0 for a profile without names.
 pub fn v8_log_samples(d: &ProfileData) -> u64 {
     let Some(symbols) = d.symbols.as_ref() else { return 0 };
-    let writer = |frame: u32| {
+    let name = |frame: u32| {
         let f = symbols.frame_function.get(frame as usize);
-        f.and_then(|&f| symbols.functions.get(f as usize))
-            .is_some_and(|f| V8_LOG_WRITER.iter().any(|p| f.name.starts_with(p)) && !f.name.starts_with(NOT_WRITING))
+        f.and_then(|&f| symbols.functions.get(f as usize)).map_or("", |f| f.name.as_str())
     };
-    // Per stack node: whether it or a caller is the writer (parents come
-    // before their children in the stack table).
-    let mut under = vec![false; d.stack_frame.len()];
+    let writer = |n: &str| V8_LOG_WRITER.iter().any(|p| n.starts_with(p)) && !n.starts_with(NOT_WRITING);
+    let handler = |n: &str| HANDLER.iter().any(|p| n.starts_with(p));
+    // Per stack node, from the root: outside the writer, in it, or in the
+    // handler it called (parents come before their children in the table).
+    #[derive(Clone, Copy, PartialEq)]
+    enum In {
+        Program,
+        Writer,
+        Handler,
+    }
+    let mut state = vec![In::Program; d.stack_frame.len()];
     for i in 0..d.stack_frame.len() {
-        let parent = usize::try_from(d.stack_parent[i]).ok().filter(|&p| p < i);
-        under[i] = parent.is_some_and(|p| under[p]) || writer(d.stack_frame[i]);
+        let parent = usize::try_from(d.stack_parent[i]).ok().filter(|&p| p < i).map_or(In::Program, |p| state[p]);
+        let n = name(d.stack_frame[i]);
+        state[i] = match parent {
+            In::Program if writer(n) => In::Writer,
+            In::Writer if handler(n) => In::Handler,
+            other => other,
+        };
     }
     (0..d.sample_count())
-        .filter(|&i| d.sample_idle[i] == 0 && under.get(d.sample_stack[i] as usize).copied().unwrap_or(false))
+        .filter(|&i| d.sample_idle[i] == 0 && state.get(d.sample_stack[i] as usize) == Some(&In::Writer))
         .map(|i| d.weight(i))
         .sum()
 }
@@ -58,6 +75,11 @@ mod tests {
             d.symbols.as_mut().unwrap().functions[1].name = name.into();
             assert_eq!(v8_log_samples(&d), 0);
         }
+        // V8's log class calling the addon's handler (line positions).
+        let symbols = d.symbols.as_mut().unwrap();
+        symbols.functions[1].name = "v8::internal::V8FileLogger::CodeLinePosInfoRecordEvent(unsigned long)".into();
+        symbols.functions[2].name = "machsampler::v8::events::on_jit_event".into();
+        assert_eq!(v8_log_samples(&d), 0);
         d.symbols = None;
         assert_eq!(v8_log_samples(&d), 0);
     }

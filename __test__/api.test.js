@@ -30,7 +30,7 @@ describe('bad input is a coded error, never a crash or a clamp', () => {
     expectCode(() => ms.start({ intervalMs: v }), 'EINVAL', 'from 1 to 1000')
   })
   test.each(['10', true, null, {}, [], 10n])('intervalMs of the wrong type %p', (v) => {
-    expectCode(() => ms.start({ intervalMs: v }), 'EINVAL', 'intervalMs must be a number')
+    expectCode(() => ms.start({ intervalMs: v }), 'EINVAL', 'intervalMs must be a number, an integer from 1 to 1000, got')
   })
   test.each([0, -5, 1025, 3.5, NaN])('maxStackDepth %p', (v) => {
     expectCode(() => ms.start({ maxStackDepth: v }), 'EINVAL', 'from 1 to 1024')

@@ -152,7 +152,7 @@ describe('bad options are EINVAL errors that name the range', () => {
     [{ keepMs: 60001, onStall }, 'keepMs must be an integer from 0 to 60000'],
     [{ intervalMs: 0, onStall }, 'intervalMs must be an integer from 1 to 1000'],
     [{ intervalMs: 1001, onStall }, 'intervalMs must be an integer from 1 to 1000'],
-    [{ intervalMs: '10', onStall }, 'options.intervalMs must be a number'],
+    [{ intervalMs: '10', onStall }, 'options.intervalMs must be a number, an integer from 1 to 1000, got string'],
     [{ stallIntervalMs: 0, onStall }, 'stallIntervalMs must be an integer from 1 to 1000'],
     [{ hangAfterMs: 1000, onStall }, 'hangAfterMs needs hangDir'],
     [{ thresholdMs: 200 }, 'options.onStall must be a function'],

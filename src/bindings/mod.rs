@@ -44,12 +44,25 @@ pub(crate) fn napi_fail(e: napi::Error) -> napi::Error<&'static str> {
 
 const OPTION_KEYS: &str = "intervalMs, mode, maxStackDepth, nativeUnwinding, bufferSamples, jsNames, durationMs";
 
-fn number_option(key: &str, val: &Unknown, ty: ValueType) -> JsResult<f64> {
+/// A number option `key`, checked by `check`. For a value of another type,
+/// the message names the valid range as `check` words it (asked about NaN).
+pub(crate) fn number_option<T>(
+    key: &str,
+    val: &Unknown,
+    check: impl Fn(f64) -> std::result::Result<T, SamplerError>,
+) -> JsResult<T> {
+    let ty = val.get_type().map_err(napi_fail)?;
     if ty != ValueType::Number {
-        return Err(einval(format!("options.{key} must be a number, got {}", type_name(ty))));
+        let valid = check(f64::NAN).err().and_then(|e| {
+            let (_, valid) = e.message.split_once(" must be ")?;
+            Some(format!(", {}", valid.strip_suffix(", got NaN").unwrap_or(valid)))
+        });
+        let valid = valid.unwrap_or_default();
+        return Err(einval(format!("options.{key} must be a number{valid}, got {}", type_name(ty))));
     }
     // SAFETY: the value's type was just checked to be Number.
-    unsafe { val.cast::<f64>() }.map_err(napi_fail)
+    let v = unsafe { val.cast::<f64>() }.map_err(napi_fail)?;
+    check(v).map_err(js_error)
 }
 
 fn type_name(ty: ValueType) -> &'static str {
@@ -96,10 +109,10 @@ fn parse_options(options: Unknown) -> JsResult<SamplerOptions> {
             continue; // an explicit undefined means "use the default"
         }
         out = match key.as_str() {
-            "intervalMs" => out.with_interval_ms(number_option(&key, &val, ty)?).map_err(js_error)?,
-            "maxStackDepth" => out.with_max_stack_depth(number_option(&key, &val, ty)?).map_err(js_error)?,
-            "bufferSamples" => out.with_buffer_samples(number_option(&key, &val, ty)?).map_err(js_error)?,
-            "durationMs" => out.with_duration_ms(number_option(&key, &val, ty)?).map_err(js_error)?,
+            "intervalMs" => number_option(&key, &val, |v| out.with_interval_ms(v))?,
+            "maxStackDepth" => number_option(&key, &val, |v| out.with_max_stack_depth(v))?,
+            "bufferSamples" => number_option(&key, &val, |v| out.with_buffer_samples(v))?,
+            "durationMs" => number_option(&key, &val, |v| out.with_duration_ms(v))?,
             "mode" => {
                 if ty != ValueType::String {
                     return Err(einval(format!("options.mode must be 'cpu' or 'wall', got {}", type_name(ty))));

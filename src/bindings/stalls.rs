@@ -21,7 +21,7 @@ use napi_derive::napi;
 use super::formats::entries;
 use super::profile::{JsProfile, JsThreadInfo};
 use super::uv::{self, BeatHandle};
-use super::{einval, js_error, napi_fail, symbols, JsResult};
+use super::{einval, js_error, napi_fail, number_option, symbols, JsResult};
 use crate::stalls::{self, Heartbeat, StallOptions, StallReport, Watch};
 
 const WATCH_KEYS: &str = "thresholdMs, keepMs, intervalMs, stallIntervalMs, hangAfterMs, hangDir, warmSymbols, onStall";
@@ -103,14 +103,6 @@ fn stall_object<'env>(env: &'env Env, r: &StallReport) -> napi::Result<JsStall<'
     })
 }
 
-fn number(key: &str, v: &Unknown) -> JsResult<f64> {
-    match v.get_type().map_err(napi_fail)? {
-        // SAFETY: the type was just checked to be Number.
-        ValueType::Number => unsafe { v.cast::<f64>() }.map_err(napi_fail),
-        _ => Err(einval(format!("options.{key} must be a number"))),
-    }
-}
-
 fn parse<'env>(options: Unknown<'env>) -> JsResult<(StallOptions, Option<Function<'env>>)> {
     let mut o = StallOptions::default();
     let mut on_stall = None;
@@ -119,11 +111,11 @@ fn parse<'env>(options: Unknown<'env>) -> JsResult<(StallOptions, Option<Functio
             continue;
         }
         o = match key.as_str() {
-            "thresholdMs" => o.with_threshold_ms(number(&key, &v)?).map_err(js_error)?,
-            "keepMs" => o.with_keep_ms(number(&key, &v)?).map_err(js_error)?,
-            "intervalMs" => o.with_interval_ms(number(&key, &v)?).map_err(js_error)?,
-            "stallIntervalMs" => o.with_stall_interval_ms(number(&key, &v)?).map_err(js_error)?,
-            "hangAfterMs" => o.with_hang_after_ms(number(&key, &v)?).map_err(js_error)?,
+            "thresholdMs" => number_option(&key, &v, |x| o.clone().with_threshold_ms(x))?,
+            "keepMs" => number_option(&key, &v, |x| o.clone().with_keep_ms(x))?,
+            "intervalMs" => number_option(&key, &v, |x| o.clone().with_interval_ms(x))?,
+            "stallIntervalMs" => number_option(&key, &v, |x| o.clone().with_stall_interval_ms(x))?,
+            "hangAfterMs" => number_option(&key, &v, |x| o.clone().with_hang_after_ms(x))?,
             "hangDir" => {
                 if v.get_type().map_err(napi_fail)? != ValueType::String {
                     return Err(einval("options.hangDir must be a string (a directory)"));

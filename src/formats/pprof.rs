@@ -176,10 +176,32 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
         out.message(2, s);
     }
 
+    // Only the frames and functions the samples use: one process's share of
+    // a profile of several keeps the tables of all of them.
+    let mut node_used = vec![false; profile.stack_frame.len()];
+    let mut frame_used = vec![false; profile.frame_address.len()];
+    for &stack in &profile.sample_stack {
+        let mut node = stack as usize;
+        while node_used.get(node) == Some(&false) {
+            node_used[node] = true;
+            if let Some(used) = profile.stack_frame.get(node).and_then(|&f| frame_used.get_mut(f as usize)) {
+                *used = true;
+            }
+            let Some(parent) = profile.stack_parent.get(node).and_then(|&p| usize::try_from(p).ok()) else { break };
+            node = parent;
+        }
+    }
+    let mut function_used = vec![false; symbols.functions.len()];
+    for (frame, &func) in symbols.frame_function.iter().enumerate() {
+        if frame_used[frame] {
+            function_used[func as usize] = true;
+        }
+    }
+
     // Field 3: mappings, id = module index + 1, with what symbolization
     // found in each (pprof uses the flags to decide whether to re-symbolize).
     let mut found = vec![(false, false, false); profile.modules.len()];
-    for (frame, &func) in symbols.frame_function.iter().enumerate() {
+    for (frame, &func) in symbols.frame_function.iter().enumerate().filter(|&(frame, _)| frame_used[frame]) {
         let f = &symbols.functions[func as usize];
         if let Some(e) = usize::try_from(f.module).ok().and_then(|m| found.get_mut(m)) {
             e.0 |= f.kind != FunctionKind::Unknown;
@@ -201,7 +223,7 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     }
 
     // Field 4: locations, id = frame index + 1.
-    for (i, &addr) in profile.frame_address.iter().enumerate() {
+    for (i, &addr) in profile.frame_address.iter().enumerate().filter(|&(i, _)| frame_used[i]) {
         let func = symbols.frame_function[i];
         let mut loc = Pb::default();
         loc.uint(1, i as u64 + 1);
@@ -226,7 +248,7 @@ pub fn export(profile: &ProfileData) -> Vec<u8> {
     }
 
     // Field 5: functions, id = function index + 1.
-    for (i, f) in symbols.functions.iter().enumerate() {
+    for (i, f) in symbols.functions.iter().enumerate().filter(|&(i, _)| function_used[i]) {
         let mut pf = Pb::default();
         pf.uint(1, i as u64 + 1);
         let name = strings.get(&f.name);
@@ -332,6 +354,21 @@ mod tests {
             })
             .sum();
         assert_eq!(total, 4);
+    }
+
+    #[test]
+    fn only_the_frames_and_functions_samples_use_are_written() {
+        // Frame 3 (function c) is on stack 3 alone; no sample is left there.
+        let mut p = sample_profile();
+        p.sample_stack = vec![2, 2, 1, 1];
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&export(&p)[..]).read_to_end(&mut raw).unwrap();
+        let f = fields(&raw);
+        assert_eq!(f.iter().filter(|x| x.0 == 4).count(), 3, "locations of frames 0-2");
+        assert_eq!(f.iter().filter(|x| x.0 == 5).count(), 3, "functions main, a, b");
+        let strings: Vec<String> =
+            f.iter().filter(|x| x.0 == 6).map(|x| String::from_utf8(x.2.clone()).unwrap()).collect();
+        assert!(!strings.iter().any(|x| x == "c"));
     }
 
     /// The sample types and the period type, as (type, unit) strings.

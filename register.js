@@ -161,8 +161,8 @@ function watchChildren(sessionDir, v8LogFlags) {
     }
   }
   // fork() passes process.execArgv on, which no longer holds V8's log flags
-  // (see takeV8LogFlags): a child forked while `record` runs gets them back,
-  // so its inlined functions are split out too.
+  // (see takeV8LogFlags): a node child forked while `record` runs gets them
+  // back, so its inlined functions are split out too.
   if (v8LogFlags.length > 0) {
     const fork = cp.fork
     cp.fork = function (modulePath, ...rest) {
@@ -170,8 +170,16 @@ function watchChildren(sessionDir, v8LogFlags) {
         // (modulePath, [args], [options]): options is the first object that is no array.
         const at = rest[0] !== null && typeof rest[0] === 'object' && !Array.isArray(rest[0]) ? 0 : 1
         const options = rest[at] !== null && typeof rest[at] === 'object' ? rest[at] : {}
-        const execArgv = Array.isArray(options.execArgv) ? options.execArgv : process.execArgv
-        if (fs.existsSync(sessionDir) && !execArgv.some((a) => a.startsWith('--logfile='))) {
+        let execArgv = options.execArgv || process.execArgv
+        // As fork() itself does: a child of `node -e` must not run the code again.
+        if (execArgv === process.execArgv && process._eval != null) {
+          const i = execArgv.lastIndexOf(process._eval)
+          if (i > 0) execArgv = [...execArgv.slice(0, i - 1), ...execArgv.slice(i + 1)]
+        }
+        // Not for another program (the flags are this node's), nor over a
+        // log the child asks for itself.
+        const sameNode = options.execPath === undefined || options.execPath === process.execPath
+        if (sameNode && Array.isArray(execArgv) && !env.asksForV8Log(execArgv) && fs.existsSync(sessionDir)) {
           while (rest.length < at) rest.push(undefined)
           rest[at] = { ...options, execArgv: [...v8LogFlags, ...execArgv] }
         }
@@ -199,10 +207,9 @@ function watchChildren(sessionDir, v8LogFlags) {
  */
 function takeV8LogFlags() {
   const log = process.env.MACHSAMPLER_V8_LOG
-  if (!log) return []
-  const taken = process.execArgv.filter((a) => env.isV8LogFlag(a, log))
-  if (taken.length > 0) process.execArgv.splice(0, process.execArgv.length, ...process.execArgv.filter((a) => !env.isV8LogFlag(a, log)))
-  return taken
+  const block = log ? env.v8LogBlock(process.execArgv, log) : null
+  if (!block) return []
+  return process.execArgv.splice(block[0], block[1] - block[0])
 }
 
 function main() {
@@ -378,7 +385,7 @@ function main() {
             // answer its relayed Ctrl-C within 60 ms), and every
             // --checkpoint seconds, for one killed with no signal first.
             checkpoint: output.replace(/\.machprof$/, '.partial.machprof'),
-            ...(settings.checkpointS > 0 ? { checkpointEveryMs: Math.round(settings.checkpointS * 1000) } : {}),
+            ...checkpointEvery(settings.checkpointS),
           }
         : { signals: SIGNALS, graceMs: SIGNAL_GRACE_MS, output, symbolicate: true, announce: true },
     )
@@ -390,6 +397,20 @@ function main() {
     statusTimer = setInterval(() => writeStatus('recording'), 500)
     statusTimer.unref()
   }
+}
+
+/**
+ * armExitSignals' period of checkpoints, from MACHSAMPLER_CHECKPOINT_S
+ * (0: at signals only). A value out of range drops the periodic ones only,
+ * not the save at a signal.
+ */
+function checkpointEvery(seconds) {
+  if (seconds === undefined || seconds === 0) return {}
+  if (!(seconds >= 0.1 && seconds <= 86400)) {
+    warn(`no periodic checkpoints: MACHSAMPLER_CHECKPOINT_S must be 0 or between 0.1 and 86400 seconds, got '${seconds}'`)
+    return {}
+  }
+  return { checkpointEveryMs: Math.round(seconds * 1000) }
 }
 
 /** Where this process leaves the maps of scripts compiled in memory for `record`. */

@@ -174,4 +174,21 @@ function isV8LogFlag(arg, logfile) {
   return V8_LOG_FLAGS.includes(arg) || arg === V8_LOG_POSITION_FLAG || arg === V8_NO_SOURCE_FLAG || arg === `--logfile=${logfile}`
 }
 
-module.exports = { forRecordedProgram, readSettings, restoreOriginal, withPreload, quote, symbolPath, v8LogFlags, isV8LogFlag }
+/**
+ * Where v8LogFlags' block for `logfile` is in `argv`: [first, end), or null.
+ * Only that block: a program's own --log-code elsewhere is its own.
+ */
+function v8LogBlock(argv, logfile) {
+  const last = argv.indexOf(`--logfile=${logfile}`)
+  if (last < 0) return null
+  let first = last
+  while (first > 0 && isV8LogFlag(argv[first - 1], logfile) && argv[first - 1] !== argv[last]) first--
+  return [first, last + 1]
+}
+
+/** Whether node `argv` asks V8 for a log of its own (--prof, --log-*, --logfile). */
+function asksForV8Log(argv) {
+  return argv.some((a) => /^--(no-)?(prof|log)[\w-]*(=|$)/.test(a))
+}
+
+module.exports = { forRecordedProgram, readSettings, restoreOriginal, withPreload, quote, symbolPath, v8LogFlags, v8LogBlock, asksForV8Log }

@@ -316,7 +316,7 @@ function summary(opts, result, session) {
     lines.push(...text.functionsTable(reports[0], 'self'), '')
     lines.push(...text.functionsTable(reports[1], 'total'), '')
   }
-  lines.push(...text.costLines(sum))
+  lines.push(...text.costLines(sum, { inlineHint: opts.inline }))
   if (result.format !== 'machprof') {
     lines.push(`Tip: record with -o <name>.machprof to keep a file that 'machsampler report' and 'convert' read.`)
   }
@@ -421,7 +421,7 @@ async function record(argv) {
     // ours would take its place.
     const script = opts.args.findIndex((a) => !a.startsWith('-'))
     const nodeOptions = script < 0 ? opts.args : opts.args.slice(0, script)
-    const ownLog = nodeOptions.some((a) => /^--(no-)?(prof|log)[\w-]*(=|$)/.test(a))
+    const ownLog = env.asksForV8Log(nodeOptions)
     const v8Flags = opts.inline && !ownLog && isNode(opts.command) ? env.v8LogFlags(opts.command, v8Log) : []
     const run = v8Flags.length > 0 ? { ...opts, args: [...v8Flags, ...opts.args], v8Log } : opts
     try {

@@ -144,9 +144,10 @@ function outputLines(result) {
 /**
  * What the profiler itself cost: the sampler thread's CPU time, and the
  * time the sampled threads spent stopped for it (in its signal handler on
- * Linux, suspended on macOS).
+ * Linux, suspended on macOS). `inlineHint`: the profile was recorded with
+ * the V8 log `record` adds, which --no-inline turns off.
  */
-function costLines(summary) {
+function costLines(summary, { inlineHint = false } = {}) {
   const s = summary.stats
   const seconds = summary.durationNs / 1e9
   const core = seconds > 0 ? ` (${((100 * s.samplerCpuNs) / summary.durationNs).toFixed(1)}% of one core)` : ''
@@ -157,7 +158,8 @@ function costLines(summary) {
   const names = s.codeEventsCpuNs > 0 ? `; JavaScript threads ${ms(s.codeEventsCpuNs)} CPU describing their code for names` : ''
   // V8 writing its code log, which `record` turns on to split out inlined
   // functions: found in the samples, by name.
-  const log = summary.v8LogSamples > 0 ? `; V8 writing its code log about ${ms(summary.v8LogSamples * summary.intervalNs)} (--no-inline turns it off)` : ''
+  const hint = inlineHint ? ' (--no-inline turns it off)' : ''
+  const log = summary.v8LogSamples > 0 ? `; V8 writing its code log about ${ms(summary.v8LogSamples * summary.intervalNs)}${hint}` : ''
   return [
     `Profiler cost: sampler thread ${ms(s.samplerCpuNs)} CPU${core}; ` +
       `sampled threads stopped ${ms(s.totalSuspendNs)} in all${each}${names}${log}.`,

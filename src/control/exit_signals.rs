@@ -97,6 +97,11 @@ impl CheckpointSchedule {
         Some((last + every).saturating_duration_since(now))
     }
 
+    /// No more periodic checkpoints.
+    fn stop(&mut self) {
+        self.every = None;
+    }
+
     /// A checkpoint ran from `started` to `ended`.
     fn ran(&mut self, started: Instant, ended: Instant) {
         self.last = Some(ended);
@@ -275,7 +280,13 @@ fn watch(
 ) {
     let mut save = Some(save);
     let mut keep = |schedule: &mut CheckpointSchedule| {
-        if let (Some(job), UNCLAIMED) = (checkpoint.as_mut(), STATE.load(Ordering::Acquire)) {
+        if STATE.load(Ordering::Acquire) != UNCLAIMED {
+            // Someone is saving the whole profile: no checkpoint is needed
+            // any more (and a due one must not be retried at once, forever).
+            schedule.stop();
+            return;
+        }
+        if let Some(job) = checkpoint.as_mut() {
             let started = Instant::now();
             job();
             schedule.ran(started, Instant::now());
@@ -385,5 +396,8 @@ mod tests {
         // A first signal always gets one, even just after a periodic one.
         assert!(s.at_signal(end, true));
         assert!(!s.at_signal(end, false));
+        // Once the whole profile is being saved, none is due, ever.
+        s.stop();
+        assert_eq!(s.wait(end + 60 * S), None);
     }
 }

@@ -406,8 +406,9 @@ function main() {
  */
 function checkpointEvery(seconds) {
   if (seconds === undefined || seconds === 0) return {}
-  if (!(seconds >= 0.1 && seconds <= 86400)) {
-    warn(`no periodic checkpoints: MACHSAMPLER_CHECKPOINT_S must be 0 or between 0.1 and 86400 seconds, got '${seconds}'`)
+  const bad = env.badCheckpointSeconds(seconds)
+  if (bad) {
+    warn(`no periodic checkpoints: MACHSAMPLER_CHECKPOINT_S ${bad}`)
     return {}
   }
   return { checkpointEveryMs: Math.round(seconds * 1000) }

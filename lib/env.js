@@ -182,8 +182,16 @@ function v8LogBlock(argv, logfile) {
   const last = argv.indexOf(`--logfile=${logfile}`)
   if (last < 0) return null
   let first = last
-  while (first > 0 && isV8LogFlag(argv[first - 1], logfile) && argv[first - 1] !== argv[last]) first--
+  while (first > 0 && isV8LogFlag(argv[first - 1], logfile)) first--
   return [first, last + 1]
+}
+
+/**
+ * Why `seconds` is no period of checkpoints (0: at signals only, or 0.1 to
+ * 86400), or null if it is one.
+ */
+function badCheckpointSeconds(seconds, given = seconds) {
+  return seconds === 0 || (seconds >= 0.1 && seconds <= 86400) ? null : `must be 0 (none) or between 0.1 and 86400 seconds, got '${given}'`
 }
 
 /** Whether node `argv` asks V8 for a log of its own (--prof, --log-*, --logfile). */
@@ -191,4 +199,4 @@ function asksForV8Log(argv) {
   return argv.some((a) => /^--(no-)?(prof|log)[\w-]*(=|$)/.test(a))
 }
 
-module.exports = { forRecordedProgram, readSettings, restoreOriginal, withPreload, quote, symbolPath, v8LogFlags, v8LogBlock, asksForV8Log }
+module.exports = { forRecordedProgram, readSettings, restoreOriginal, withPreload, quote, symbolPath, v8LogFlags, v8LogBlock, asksForV8Log, badCheckpointSeconds }

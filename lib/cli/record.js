@@ -110,9 +110,8 @@ function parseRecordArgs(argv) {
     throw new CliError(`--duration must be between 0.001 and 1000000000 seconds, got '${values.duration}'`, USAGE)
   }
   const checkpointS = number(values, 'checkpoint')
-  if (checkpointS !== undefined && checkpointS !== 0 && !(checkpointS >= 0.1 && checkpointS <= 86400)) {
-    throw new CliError(`--checkpoint must be 0 (none) or between 0.1 and 86400 seconds, got '${values.checkpoint}'`, USAGE)
-  }
+  const badCheckpoint = checkpointS === undefined ? null : env.badCheckpointSeconds(checkpointS, values.checkpoint)
+  if (badCheckpoint) throw new CliError(`--checkpoint ${badCheckpoint}`, USAGE)
   const view = checkView(values.view)
   const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`

@@ -598,9 +598,7 @@ pub fn run<B: Backend>(
             let to = shared.snapshot.lock().unwrap_or_else(PoisonError::into_inner).take();
             if let Some(to) = to {
                 backend.collect(&mut |c| session.on_capture(c, false));
-                // As at stop(): with a duration, the recording ends when sampling did.
-                let now = backend.now_ns();
-                let end_ns = sampling_ends.map_or(now, |end| end.min(now));
+                let end_ns = recording_end(sampling_ends, backend.now_ns());
                 let _ = to.send(session.recording(&options, (start_ns, end_ns), start_wall_ms, false));
             }
         }
@@ -777,10 +775,14 @@ pub fn run<B: Backend>(
         stats.sampler_cpu_ns.set(backend.own_cpu_ns());
     }
 
-    // With a duration, the recording ends when sampling did.
-    let now = backend.now_ns();
-    let end_ns = sampling_ends.map_or(now, |end| end.min(now));
+    let end_ns = recording_end(sampling_ends, backend.now_ns());
     session.recording(&options, (start_ns, end_ns), start_wall_ms, true)
+}
+
+/// Where a recording made at `now` ends: with a duration, where sampling
+/// ended (for stop() and for a copy alike).
+fn recording_end(sampling_ends: Option<u64>, now: u64) -> u64 {
+    sampling_ends.map_or(now, |end| end.min(now))
 }
 
 /// A running sampler thread.

@@ -196,4 +196,35 @@ describe('HTML flame graph in headless Chromium', () => {
     expect(await page.$$eval('.f.anc', (els) => els.length)).toBe(0)
     await page.close()
   }, 180000)
+
+  test('a name with quotes and markup stays text: no attribute injected, no script run; a bad #t= draws all threads', async () => {
+    // A computed method name is the function's name in V8's code events.
+    const evil = `x" onmouseover="document.title='PWNED'" y="<b>&'`
+    const script = path.join(dir, 'quotes.js')
+    fs.writeFileSync(
+      script,
+      `const o = { ${JSON.stringify(evil)}() { let s = 0; const t = Date.now(); while (Date.now() - t < 600) s += Math.sqrt(s + 1); return s } }\n` +
+        `o[${JSON.stringify(evil)}]()\n`,
+    )
+    const rec = path.join(dir, 'quotes.machprof')
+    expect(h.cli(['record', '-q', '--interval', '2', '-o', rec, '--', process.execPath, script]).status).toBe(0)
+    const html = path.join(dir, 'quotes.html')
+    expect(h.cli(['convert', rec, '-o', html]).status).toBe(0)
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } })
+    const errors = []
+    page.on('pageerror', (e) => errors.push(e.message))
+    await page.goto(`file://${html}#t=1.5`)
+    const frames = await page.$$eval('.f', (els) => els.map((e) => ({ title: e.getAttribute('title'), handler: e.getAttribute('onmouseover') })))
+    expect(errors).toEqual([])
+    expect(frames.length).toBeGreaterThan(3)
+    expect(frames.filter((f) => f.handler !== null)).toEqual([])
+    const named = frames.find((f) => f.title.startsWith(evil))
+    expect(named).toBeDefined()
+    const el = await page.evaluateHandle((t) => [...document.querySelectorAll('.f')].find((e) => e.getAttribute('title') === t), named.title)
+    await el.asElement().hover({ force: true })
+    expect(await page.title()).not.toBe('PWNED')
+    // #t=1.5 is no thread: the picker shows all threads.
+    expect(await page.inputValue('#thread')).toBe('-1')
+    await page.close()
+  }, 180000)
 })

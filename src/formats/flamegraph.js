@@ -22,7 +22,7 @@
     return of > 0 ? ((100 * v) / of).toFixed(1) + '%' : '0.0%'
   }
   function esc(s) {
-    return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
+    return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;')
   }
 
   // Trees: one per thread; "all threads" puts every thread's tree under a
@@ -192,5 +192,5 @@
   state.term = params.get('s') || ''
   search.value = state.term
   var t = Number(params.get('t'))
-  pick(params.has('t') && t >= -1 && t < D.threads.length ? t : -1)
+  pick(params.has('t') && Number.isInteger(t) && t >= -1 && t < D.threads.length ? t : -1)
 })()

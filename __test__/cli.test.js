@@ -447,6 +447,12 @@ describe('report and convert', () => {
       expect(h.listDir(tmp)).toEqual([])
       fs.rmSync(tmp, { recursive: true, force: true })
       expect(h.cli(['convert', machprof, '-o', '-']).stderr).toContain('needs --format')
+      // record's standard output is the program's: refused before it runs.
+      const rec = h.cli(['record', '-o', '-', '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd })
+      expect(rec.status).toBe(2)
+      expect(rec.stdout).toBe('')
+      expect(rec.stderr).toContain('record cannot write the profile to standard output, which the program shares')
+      expect(fs.existsSync(path.join(cwd, '-'))).toBe(false)
     } finally {
       fs.rmSync(cwd, { recursive: true, force: true })
     }

@@ -121,6 +121,27 @@ describe('record follows Node.js processes', () => {
       expect(fs.existsSync(f)).toBe(true)
     }
     expect(fs.existsSync(html)).toBe(false)
+    // A stream takes one file: collapsed stacks of both processes, or an
+    // error naming the formats that hold them all; never two documents one
+    // after the other, nor `/dev/stdout.<pid>` files.
+    const pids = [...new Set(ms.profileReport(ms.loadProfile(out)).threads.map((t) => t.pid))]
+    const folded = h.cli(['convert', out, '-o', '-', '-f', 'collapsed'])
+    expect(folded.status).toBe(0)
+    for (const pid of pids) expect(folded.stdout).toContain(`, pid ${pid});`)
+    for (const target of ['-', '/dev/stdout']) {
+      const one = h.cli(['convert', out, '-o', target, '-f', 'speedscope'])
+      expect(one.status).toBe(1)
+      expect(one.stdout).toBe('')
+      expect(one.stderr).toContain(`the profile holds 2 processes (pids ${pids.join(', ')}) and a speedscope file holds one`)
+      expect(one.stderr).toContain('use --format collapsed, firefox or machprof')
+    }
+    // record keeps what it could not write as asked.
+    const kept = h.cli(['record', '--mode', 'wall', '-q', '-o', '/dev/stdout', '-f', 'html', '--', NODE, 'parent.js'], { cwd: dir })
+    expect(kept.status).toBe(1)
+    const at = /the recording was kept in (\S+\.machprof);/.exec(kept.stderr)
+    expect(at).not.toBeNull()
+    expect(new Set(ms.profileReport(ms.loadProfile(at[1])).threads.map((t) => t.pid)).size).toBe(2)
+    fs.rmSync(at[1])
   }, 120000)
 
   test('spawnSync, execFileSync and execSync: Node children are profiled, the others listed', () => {

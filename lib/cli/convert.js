@@ -41,6 +41,7 @@ async function convert(argv) {
       result = processFile(input, {
         symbols,
         output,
+        stream: toStdout,
         save: { format, includeIdle: values.idle === true, threadPrefix: values['no-thread-prefix'] !== true, view },
       })
     } catch (e) {
@@ -63,7 +64,7 @@ async function convert(argv) {
   } finally {
     if (tmp) fs.rmSync(tmp, { recursive: true, force: true })
   }
-  // Several processes give several files: one after the other.
+  // A stream takes one file (see processProfileFile's `stream`).
   for (const bytes of stdoutParts) await writeStdout(bytes)
   return 0
 }

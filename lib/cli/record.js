@@ -113,6 +113,10 @@ function parseRecordArgs(argv) {
   const badCheckpoint = checkpointS === undefined ? null : env.badCheckpointSeconds(checkpointS, values.checkpoint)
   if (badCheckpoint) throw new CliError(`--checkpoint ${badCheckpoint}`, USAGE)
   const view = checkView(values.view)
+  if (values.output === '-') {
+    // The program writes to the same standard output while it runs.
+    throw new CliError("record cannot write the profile to standard output, which the program shares; write a file, then 'machsampler convert <file> -o - --format <name>'", USAGE)
+  }
   const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`
   return {
@@ -438,14 +442,18 @@ async function record(argv) {
     // The program has exited: now symbol files may be downloaded.
     for (const raw of session.raws) await fetchFor(raw, opts.symbols, { quiet: opts.quiet })
     noteSourceMaps(sessionDir)
-    const result = processFile(session.raws, {
-      symbols: opts.symbols,
-      output: opts.output,
-      save: { format: opts.format, includeIdle: opts.includeIdle, view: opts.view },
-      reports: opts.quiet ? [] : reports,
-      commands: session.commands,
-      threadRoles: session.threadRoles,
-    })
+    const job = { symbols: opts.symbols, commands: session.commands, threadRoles: session.threadRoles }
+    let result
+    try {
+      result = processFile(session.raws, {
+        ...job,
+        output: opts.output,
+        save: { format: opts.format, includeIdle: opts.includeIdle, view: opts.view },
+        reports: opts.quiet ? [] : reports,
+      })
+    } catch (e) {
+      throw keepRecording(e, session.raws, job)
+    }
     for (const p of result.summary.processes) removePerfMap(opts, p.pid)
     // With --no-jit-names, unnamed JavaScript is what was asked for.
     const asked = (w) => !opts.jitNames && /in JavaScript that has no name/.test(w)
@@ -456,6 +464,25 @@ async function record(argv) {
   } finally {
     fs.rmSync(sessionDir, { recursive: true, force: true })
   }
+}
+
+/**
+ * The program has run and its profile could not be written as asked (a
+ * full disk, a directory made read-only meanwhile, a stream given several
+ * processes): the recording is kept, lossless, in the current directory,
+ * rather than lost with the session directory. Returns the error to throw.
+ */
+function keepRecording(e, raws, job) {
+  if (!(e instanceof CliError)) return e
+  const kept = path.resolve(`machsampler-${timestamp()}-${process.pid}.machprof`)
+  try {
+    processFile(raws, { ...job, output: kept, save: { format: 'machprof' }, reports: [] })
+  } catch {
+    return e
+  }
+  return Object.assign(new CliError(`${e.message}\nmachsampler: the recording was kept in ${kept}; 'machsampler convert ${kept} -o <file>' writes it as asked`, e.exitCode), {
+    code: e.code,
+  })
 }
 
 module.exports = { record, parseRecordArgs }

@@ -245,11 +245,25 @@ pub fn load_profile<'env>(env: &'env Env, path: Unknown) -> Result<JsProfile<'en
     JsProfile::from_data(env, &data).map_err(napi_fail)
 }
 
+/// The file's bytes if it starts as a `.machprof` file does, else only
+/// its first few: `/dev/zero`, a device or a pipe of something else is
+/// refused without being read to its end (which could be never).
+fn read_if_profile(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    (&mut f).take(machprof::MAGIC.len() as u64).read_to_end(&mut bytes)?;
+    if machprof::looks_like(&bytes) {
+        f.read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
+}
+
 pub(crate) fn read_machprof(path: &str) -> JsResult<ProfileData> {
     if Path::new(path).is_dir() {
         return Err(napi::Error::new("EISDIR", format!("cannot read '{path}': is a directory")));
     }
-    let bytes = std::fs::read(path).map_err(|e| io_error(&e, "read", path))?;
+    let bytes = read_if_profile(path).map_err(|e| io_error(&e, "read", path))?;
     machprof::decode(&bytes).map_err(|e| {
         let hint = match Format::from_path(path) {
             Some(f) if f != Format::Machprof && !machprof::looks_like(&bytes) => {
@@ -658,7 +672,7 @@ pub struct JsProcessedProfile {
     pub warnings: Vec<String>,
 }
 
-const JOB_KEYS: &str = "symbolicate, symbols, output, save, reports, commands, threadRoles";
+const JOB_KEYS: &str = "symbolicate, symbols, output, stream, save, reports, commands, threadRoles";
 
 fn string_list(v: &Unknown, what: &str) -> JsResult<Vec<String>> {
     if !v.is_array().unwrap_or(false) {
@@ -679,6 +693,20 @@ fn per_process_path(path: &str, format: Format, pid: u32) -> String {
         Some(e) => format!("{}.{pid}{}", &path[..path.len() - e.len()], &path[path.len() - e.len()..]),
         None => format!("{path}.{pid}"),
     }
+}
+
+/// Why a profile of several processes cannot go to one stream in a format
+/// that holds one process a file.
+fn one_process_only(data: &ProfileData, save: &SaveRequest, stream: bool) -> String {
+    let pids: Vec<String> = data.processes.iter().map(|p| p.pid.to_string()).collect();
+    let dest = if stream { "standard output".to_string() } else { format!("{} (not a regular file)", save.path) };
+    format!(
+        "the profile holds {} processes (pids {}) and a {} file holds one; {dest} takes one file: write to a regular \
+         file (one per process, <name>.<pid>.<ext>), or use --format collapsed, firefox or machprof, which hold them all",
+        data.process_count(),
+        pids.join(", "),
+        save.format.name(),
+    )
 }
 
 /// Samples a file in `format` would draw (weights counted).
@@ -721,6 +749,7 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
     let mut save = None;
     let mut reports = Vec::new();
     let mut symbol_options = None;
+    let mut stream = false;
     let mut commands = Vec::new();
     let mut known_roles: Vec<(u64, String)> = Vec::new();
     for (key, val) in entries(job, "job")? {
@@ -729,6 +758,7 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
             "symbolicate" => symbolicate = boolean(&val, &what)?,
             "symbols" => symbol_options = Some(super::symbols::symbol_options(val, &what)?),
             "output" => output = Some(val),
+            "stream" => stream = boolean(&val, &what)?,
             "save" => save = Some(val),
             "commands" => commands = string_list(&val, &what)?,
             "threadRoles" => {
@@ -799,7 +829,15 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
     let mut outputs = Vec::new();
     if let Some(s) = &save {
         let holds_many = matches!(s.format, Format::Machprof | Format::Firefox);
-        if data.process_count() > 1 && !holds_many {
+        // A stream (a pipe, `/dev/stdout`) takes one file: collapsed stacks
+        // of every process (their threads' labels carry the pid), or an
+        // error for a format that holds one process, never `<path>.<pid>`
+        // files nobody asked for, nor documents one after the other.
+        let one_file = stream || crate::formats::is_stream(Path::new(&s.path));
+        if data.process_count() > 1 && !holds_many && one_file && !matches!(s.format, Format::Collapsed) {
+            return Err(einval(one_process_only(&data, s, stream)));
+        }
+        if data.process_count() > 1 && !holds_many && !one_file {
             for p in 0..data.process_count() {
                 let one = crate::profile::merge::split(&data, p);
                 if drawable(&one, s) == 0 {
@@ -839,6 +877,10 @@ pub struct JsProfileJob {
     pub symbols: Option<super::symbols::JsSymbolOptions>,
     /// Also write the profile here (format by extension, or `save.format`).
     pub output: Option<String>,
+    /// `output` stands for a stream (standard output, through a file of the
+    /// caller's): one file, whatever the processes. A path that is not a
+    /// regular file (a pipe, `/dev/stdout`) is taken as one without this.
+    pub stream: Option<bool>,
     /// Export options for `output`.
     pub save: Option<JsExportOptions>,
     /// Reports to compute.

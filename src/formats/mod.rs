@@ -257,6 +257,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Whether `path` leads to a special file that [`write_atomic`] writes as a
+/// stream (a pipe, a terminal, `/dev/stdout`): it takes one file.
+pub fn is_stream(path: &Path) -> bool {
+    matches!(fs::metadata(path), Ok(m) if !m.is_file() && !m.is_dir())
+}
+
 /// Whether [`write_atomic`] could write `path` now, found without writing
 /// it: a directory is refused, an existing file that is not a regular one
 /// (a pipe, `/dev/stdout`) must be writable, and otherwise a file must be

@@ -311,6 +311,9 @@ describe('JS API for files', () => {
     const svg = path.join(dir, 'api.svg')
     ms.saveProfile(profile, svg)
     expectCode(() => ms.loadProfile(svg), 'EINVAL', 'not a machsampler profile')
+    // Endless devices are refused from their first bytes, not read to the end.
+    expectCode(() => ms.loadProfile('/dev/zero'), 'EINVAL', 'not a machsampler profile')
+    expectCode(() => ms.loadProfile('/dev/urandom'), 'EINVAL', 'not a machsampler profile')
     expectCode(() => ms.loadProfile(recorded, 1), 'EINVAL', 'at most 1 argument')
     expectCode(() => ms.profileReport(profile, { by: 'wall' }), 'EINVAL', "'self' or 'total'")
     expectCode(() => ms.profileReport(profile, { top: 0 }), 'EINVAL', 'from 1 to 100000')
@@ -491,6 +494,12 @@ describe('withProfiler and profile()', () => {
     expect(() => ms.withProfiler('nope')).toThrow(/fn must be a function/)
     expect(() => ms.profile(() => 1, { onProfile: 5 })).toThrow(/onProfile must be a function/)
     expect(() => ms.withProfiler(() => 1, { format: 'gif' })).toThrow(/formats are/)
+    // profile() checks start()'s options when it wraps, not at each call.
+    const einval = (re) => expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(re) })
+    expect(() => ms.profile(() => 1, { bogus: 5 })).toThrow(einval(/unknown option 'bogus'; valid options are intervalMs.*onProfile/))
+    expect(() => ms.profile(() => 1, { intervalMs: 0 })).toThrow(einval(/intervalMs must be an integer from 1 to 1000, got 0/))
+    expect(() => ms.profile(async () => 1, { mode: 'x' })).toThrow(einval(/mode must be 'cpu' or 'wall'/))
+    expect(() => ms.withProfiler(() => 1, { bogus: 5 })).toThrow(einval(/valid options are .*format$/))
     expect(ms.isRunning()).toBe(false)
   })
 })

@@ -5,7 +5,7 @@
 // exit) and any not yet handed over go to onStall from the 'exit' event.
 
 const fs = require('fs')
-const { watchStallsNative } = require('./addon.js')
+const { watchStallsNative, arity } = require('./addon.js')
 
 function watchStalls(options) {
   const onStall = options !== null && typeof options === 'object' ? options.onStall : undefined
@@ -39,16 +39,14 @@ function watchStalls(options) {
   process.on('exit', atExit)
   return Object.freeze({
     /** Stops watching; a stall not yet handed to onStall is dropped. */
-    close() {
+    close: arity('close', () => {
       if (!open) return
       open = false
       process.removeListener('exit', atExit)
       watcher.close()
-    },
+    }, 0),
     /** Counters of this watcher and of the history the watchers share. */
-    stats() {
-      return watcher.stats()
-    },
+    stats: arity('stats', () => watcher.stats(), 0),
   })
 }
 

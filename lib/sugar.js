@@ -9,7 +9,7 @@
 //   format       the format for `output`, whatever its extension
 //   onProfile    profile() only: called with each call's profile
 
-const { api } = require('./addon.js')
+const { api, checkStartOptions } = require('./addon.js')
 const { checkWritable } = require('./output.js')
 
 const OWN_KEYS = ['symbolicate', 'output', 'format', 'onProfile']
@@ -42,6 +42,15 @@ function split(options, allowOnProfile) {
   }
   if (own.output !== undefined && typeof own.output !== 'string') throw einval('options.output must be a string')
   if (own.format !== undefined) api.parseFormatName(own.format)
+  // start()'s own checks, now: profile() wraps long before its first call.
+  try {
+    checkStartOptions(start)
+  } catch (e) {
+    if (e.code === 'EINVAL' && /valid options are/.test(e.message)) {
+      e.message += `, ${OWN_KEYS.filter((k) => allowOnProfile || k !== 'onProfile').join(', ')}`
+    }
+    throw e
+  }
   // Before any work is done: a mistyped directory must not cost the run.
   if (own.output !== undefined) checkWritable(own.output)
   return { start, own }
@@ -72,13 +81,9 @@ function finish(own) {
  */
 function run(fn, own, start) {
   if (typeof fn !== 'function') throw einval(`fn must be a function, got ${typeof fn}`)
-  try {
-    api.start(start)
-  } catch (e) {
-    // start() lists its own keys; ours are valid here too.
-    if (e.code === 'EINVAL' && /valid options are/.test(e.message)) e.message += `, ${OWN_KEYS.join(', ')}`
-    throw e
-  }
+  // Options were checked by split(): what start() can still refuse is the
+  // moment (EAGAIN, already sampling).
+  api.start(start)
   let result
   try {
     result = fn()

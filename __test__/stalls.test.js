@@ -175,8 +175,45 @@ describe('bad options are EINVAL errors that name the range', () => {
     expect(ms.isRunning()).toBe(false)
   })
 
+  test('hangDir must be a directory that can be written now; a hang that cannot be written is counted apart', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-hangdir-'))
+    const file = path.join(dir, 'file')
+    fs.writeFileSync(file, '')
+    const refused = (hangDir) => {
+      try {
+        ms.watchStalls({ thresholdMs: 50, hangAfterMs: 200, hangDir, onStall }).close()
+      } catch (e) {
+        return [e.code, e.message]
+      }
+      return null
+    }
+    expect(refused(path.join(dir, 'missing'))).toEqual(['ENOENT', expect.stringContaining('missing')])
+    expect(refused(file)).toEqual(['ENOTDIR', `hangDir '${file}' is not a directory`])
+    // Read-only for root too.
+    expect(refused('/sys/kernel')).toEqual(['EACCES', expect.stringContaining("hangDir '/sys/kernel' cannot be written")])
+    expect(h.listDir(dir)).toEqual(['file'])
+    // The directory goes away after the check: the hang is not claimed.
+    const gone = path.join(dir, 'gone')
+    fs.mkdirSync(gone)
+    const program = [
+      `const ms = require(${JSON.stringify(path.join(__dirname, '..'))}); const fs = require('fs')`,
+      `const w = ms.watchStalls({ thresholdMs: 50, hangAfterMs: 150, hangDir: ${JSON.stringify(gone)}, onStall() {} })`,
+      `fs.rmdirSync(${JSON.stringify(gone)})`,
+      'setTimeout(() => { const end = Date.now() + 700; while (Date.now() < end); setTimeout(() => { console.log(JSON.stringify(w.stats())); w.close() }, 300) }, 50)',
+    ].join('\n')
+    const r = require('child_process').spawnSync(process.execPath, ['-e', program], { encoding: 'utf8', timeout: 30000 })
+    expect(r.status).toBe(0)
+    const stats = JSON.parse(r.stdout)
+    expect([stats.hangs, stats.hangsNotWritten]).toEqual([0, 1])
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+
   test('a stray second argument is refused', () => {
     expect(() => ms.watchStalls({ onStall }, {})).toThrow(/watchStalls/)
+    const w = ms.watchStalls({ onStall })
+    expect(() => w.stats(1)).toThrow(expect.objectContaining({ code: 'EINVAL', message: 'stats() takes no arguments, got 1' }))
+    expect(() => w.close(1)).toThrow(expect.objectContaining({ code: 'EINVAL', message: 'close() takes no arguments, got 1' }))
+    w.close()
   })
 })
 

@@ -323,6 +323,9 @@ pub struct JsStallWatcherStats {
     pub stalls: f64,
     /// Hangs written to `hangDir`.
     pub hangs: f64,
+    /// Hangs that could not be written (`hangDir` removed or made
+    /// read-only after `watchStalls()` checked it).
+    pub hangs_not_written: f64,
     /// Sample rows the history holds (every watcher of the process shares it).
     pub history_rows: f64,
     /// Bytes the history holds.
@@ -347,6 +350,7 @@ impl StallWatcher {
         JsStallWatcherStats {
             stalls: s.stalls as f64,
             hangs: s.hangs as f64,
+            hangs_not_written: s.hangs_not_written as f64,
             history_rows: s.history.rows as f64,
             history_bytes: s.history.bytes as f64,
             history_truncated: s.history.truncated as f64,

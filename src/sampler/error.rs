@@ -18,6 +18,12 @@ pub enum ErrorCode {
     NotSup,
     /// A resource (such as a free real-time signal) is in use.
     Busy,
+    /// A file or directory does not exist.
+    NoEnt,
+    /// A file or directory may not be written.
+    Access,
+    /// A path that must be a directory is not one.
+    NotDir,
 }
 
 impl ErrorCode {
@@ -29,6 +35,9 @@ impl ErrorCode {
             ErrorCode::NoMem => "ENOMEM",
             ErrorCode::NotSup => "ENOTSUP",
             ErrorCode::Busy => "EBUSY",
+            ErrorCode::NoEnt => "ENOENT",
+            ErrorCode::Access => "EACCES",
+            ErrorCode::NotDir => "ENOTDIR",
         }
     }
 }
@@ -46,6 +55,19 @@ impl SamplerError {
 
     pub fn inval(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Inval, message)
+    }
+
+    /// A file-system error: its code from the error's kind (EINVAL for
+    /// kinds without one here).
+    pub fn io(e: &std::io::Error, message: impl Into<String>) -> Self {
+        use std::io::ErrorKind::*;
+        let code = match e.kind() {
+            NotFound => ErrorCode::NoEnt,
+            PermissionDenied | ReadOnlyFilesystem => ErrorCode::Access,
+            NotADirectory => ErrorCode::NotDir,
+            _ => ErrorCode::Inval,
+        };
+        Self::new(code, message)
     }
 }
 

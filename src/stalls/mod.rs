@@ -102,6 +102,7 @@ pub struct Watch {
     closed: AtomicBool,
     stalls: AtomicU64,
     hangs: AtomicU64,
+    hangs_lost: AtomicU64,
 }
 
 impl Watch {
@@ -133,6 +134,8 @@ impl Watch {
 pub struct WatchStats {
     pub stalls: u64,
     pub hangs: u64,
+    /// Hangs whose files could not be written.
+    pub hangs_not_written: u64,
     pub history: HistoryStats,
 }
 
@@ -206,8 +209,14 @@ fn reporter(tasks: Receiver<Task>) {
         match kind {
             JobKind::Hang => {
                 if let Some(dir) = &watch.options.hang_dir {
-                    let n = watch.hangs.fetch_add(1, Ordering::AcqRel) + 1;
-                    let _ = report::write_hang(&report, dir, n);
+                    // Counted once written: `stats().hangs` is what the
+                    // directory holds. A write that fails (the directory
+                    // removed or made read-only since) is counted apart.
+                    let n = watch.hangs.load(Ordering::Acquire) + watch.hangs_lost.load(Ordering::Acquire) + 1;
+                    match report::write_hang(&report, dir, n) {
+                        Ok(()) => watch.hangs.fetch_add(1, Ordering::AcqRel),
+                        Err(_) => watch.hangs_lost.fetch_add(1, Ordering::AcqRel),
+                    };
                 }
             }
             JobKind::Stall | JobKind::AtExit => {
@@ -241,6 +250,7 @@ pub fn watch(
         closed: AtomicBool::new(false),
         stalls: AtomicU64::new(0),
         hangs: AtomicU64::new(0),
+        hangs_lost: AtomicU64::new(0),
     });
     let _change = s.change.lock().unwrap_or_else(PoisonError::into_inner);
     let interval = s.observer.add(watch.clone());
@@ -255,12 +265,18 @@ pub fn watch(
     Ok(watch)
 }
 
+/// `hangDir` must be a directory a file can be created in now: a hang is
+/// written while the loop is stuck, too late to tell the caller.
 fn check_dir(dir: &PathBuf) -> Result<(), SamplerError> {
     match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(SamplerError::inval(format!("hangDir '{}' is not a directory", dir.display()))),
-        Err(e) => Err(SamplerError::new(ErrorCode::Inval, format!("hangDir '{}': {e}", dir.display()))),
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(SamplerError::new(ErrorCode::NotDir, format!("hangDir '{}' is not a directory", dir.display())))
+        }
+        Err(e) => return Err(SamplerError::io(&e, format!("hangDir '{}': {e}", dir.display()))),
     }
+    crate::formats::check_writable(&dir.join(".machsampler-hang"))
+        .map_err(|e| SamplerError::io(&e, format!("hangDir '{}' cannot be written: {e}", dir.display())))
 }
 
 /// Stops watching. Reports not yet taken are dropped; none is made after.
@@ -299,6 +315,7 @@ pub fn stats(watch: &Watch) -> WatchStats {
     WatchStats {
         stalls: watch.stalls.load(Ordering::Acquire),
         hangs: watch.hangs.load(Ordering::Acquire),
+        hangs_not_written: watch.hangs_lost.load(Ordering::Acquire),
         history: stalls().observer.history_stats(),
     }
 }

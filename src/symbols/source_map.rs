@@ -228,11 +228,13 @@ impl ScriptMap {
         if t.get_dst_line() != l {
             return None;
         }
-        // Only a line (V8 10.2): the line's end stands for the function
-        // only where the whole line maps to one original line (not a line
-        // of a minified bundle).
-        if column == u32::MAX {
-            let first = self.map.lookup_token(l, 0).filter(|f| f.get_dst_line() == l)?;
+        // Only a line (V8 10.2): the line stands for the function only
+        // where all of it maps to one original line (not a line of a
+        // minified bundle); the function's name is looked for from where
+        // its own name is written on the line, and no column is given.
+        let line_only = column == u32::MAX;
+        if line_only {
+            let first = self.first_on_line(l, t.get_dst_col())?;
             if (first.get_source(), first.get_src_line()) != (t.get_source(), t.get_src_line()) {
                 return None;
             }
@@ -245,12 +247,52 @@ impl ScriptMap {
             None if has_scheme(source) => PathBuf::from(source),
             None => normalize(&self.dir.join(percent_decode(source))),
         };
+        let name = match line_only {
+            true => self.after_own_name(l, compiled).and_then(|c| self.original_name(l, c, compiled)),
+            false => self.original_name(l, c, compiled),
+        };
         Some(Original {
             file: file.to_string_lossy().into_owned(),
             line: t.get_src_line() + 1,
-            column: t.get_src_col() + 1,
-            name: self.original_name(l, c, compiled),
+            column: if line_only { 0 } else { t.get_src_col() + 1 },
+            name,
         })
+    }
+
+    /// The first entry of 0-based compiled line `l`, which has one at
+    /// column `known` or before: a line's first entry usually comes after
+    /// its indentation, and an entry before it is the previous line's.
+    fn first_on_line(&self, l: u32, known: u32) -> Option<sourcemap::Token<'_>> {
+        let on_line = |c: u32| self.map.lookup_token(l, c).is_some_and(|t| t.get_dst_line() == l);
+        let (mut lo, mut hi) = (0, known);
+        if !on_line(hi) {
+            return None;
+        }
+        // The smallest column whose entry is on the line.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if on_line(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        self.map.lookup_token(l, lo)
+    }
+
+    /// The UTF-16 column just after the first place on 0-based compiled
+    /// line `l` where the function's own name (`compiled`'s) is written as
+    /// a whole identifier: where V8 would have put the function.
+    fn after_own_name(&self, l: u32, compiled: &str) -> Option<u32> {
+        let wanted = own_name(compiled)?;
+        let line = self.script.get_line(l)?;
+        let at = line.match_indices(wanted).map(|(i, _)| i).find(|&i| {
+            let before = line[..i].chars().next_back();
+            let after = line[i + wanted.len()..].chars().next();
+            !before.is_some_and(|ch| is_identifier_char(ch) || ch == '#') && !after.is_some_and(is_identifier_char)
+        })?;
+        let units = |text: &str| text.chars().map(|ch| ch.len_utf16() as u32).sum::<u32>();
+        Some(units(&line[..at]) + units(wanted))
     }
 
     /// The original name of the function V8 calls `compiled` and places
@@ -270,7 +312,8 @@ impl ScriptMap {
             if l - tl > 1 {
                 return None;
             }
-            if self.identifier_at(tl, tc) == Some(wanted) {
+            // A map may stand on a private name's `#` or after it.
+            if self.identifier_at(tl, tc).map(|i| i.trim_start_matches('#')) == Some(wanted.trim_start_matches('#')) {
                 return t.get_name().filter(|n| !n.is_empty()).map(str::to_string);
             }
             at = match (tl, tc) {
@@ -293,8 +336,10 @@ impl ScriptMap {
             (here >= c).then_some(i)
         })?;
         let rest = &line[start..];
-        let end = rest.find(|ch: char| !is_identifier_char(ch)).unwrap_or(rest.len());
-        (end > 0).then(|| &rest[..end])
+        // A private name (`#work`) starts with `#`.
+        let hash = usize::from(rest.starts_with('#'));
+        let end = rest[hash..].find(|ch: char| !is_identifier_char(ch)).map_or(rest.len(), |e| e + hash);
+        (end > hash).then(|| &rest[..end])
     }
 }
 
@@ -307,7 +352,9 @@ fn is_identifier_char(ch: char) -> bool {
 fn own_name(compiled: &str) -> Option<&str> {
     let bare = compiled.strip_prefix("get ").or_else(|| compiled.strip_prefix("set ")).unwrap_or(compiled);
     let last = bare.rsplit('.').next()?;
-    (!last.is_empty() && last.chars().all(is_identifier_char) && !last.starts_with(|ch: char| ch.is_ascii_digit()))
+    // A private method's name keeps its `#`.
+    let ident = last.strip_prefix('#').unwrap_or(last);
+    (!ident.is_empty() && ident.chars().all(is_identifier_char) && !ident.starts_with(|ch: char| ch.is_ascii_digit()))
         .then_some(last)
 }
 
@@ -372,11 +419,20 @@ impl SourceMaps {
         let Some(map) = self.map_for(url, warn) else { return compiled };
         let Some(o) = map.original(line, column, &js.function) else { return compiled };
         let name = match o.name {
+            // A minifier's map may drop a private name's `#` (terser's does).
+            Some(n)
+                if !n.is_empty()
+                    && own_name(&js.function).is_some_and(|c| c.starts_with('#'))
+                    && !n.starts_with('#') =>
+            {
+                format!("#{n}")
+            }
             Some(n) if !n.is_empty() => n,
             _ => js.function.clone(),
         };
+        let column = if o.column > 0 { format!(":{}", o.column) } else { String::new() };
         Function {
-            name: format!("{name} ({}:{}:{})", o.file, o.line, o.column),
+            name: format!("{name} ({}:{}{column})", o.file, o.line),
             module: -1,
             file: o.file,
             line: o.line,
@@ -447,6 +503,45 @@ mod tests {
                 let (f, _) = map_all(&format!("LazyCompile:*{func} {}:{line}", js.display()));
                 assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), want), "{how}: {func}, line only");
             }
+        }
+    }
+
+    #[test]
+    fn indented_methods_and_nested_functions_map_from_their_line_alone() {
+        // V8 10.2 names carry the line only; tsc maps each line from its
+        // first statement, after the indentation.
+        let dir = fixture("sourcemap/methods");
+        let (js, ts) = (dir.join("dist/counter.js"), dir.join("src/counter.ts"));
+        for (func, v8_name) in
+            [("spinMethod", "spinMethod"), ("nestedInner", "nestedInner"), ("#privateWork", "#privateWork")]
+        {
+            let (line, col) = position_of(&js, &format!("{func}("));
+            let want = ts_line_of(&ts, &format!("{func}("));
+            let (f, w) = map_all(&format!("LazyCompile:*{v8_name} {}:{line}", js.display()));
+            assert!(w.is_empty(), "{w:?}");
+            assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), want), "{func}, line only");
+            // No column: the line alone does not give one.
+            assert_eq!(f.name, format!("{func} ({}:{want})", ts.display()));
+            // With a column, as later V8s give it, at the `(`.
+            let (f, _) = map_all(&format!("JS:*{v8_name} {}:{line}:{col}", js.display()));
+            assert_eq!((f.file.as_str(), f.line), (ts.to_str().unwrap(), want), "{func}");
+            assert!(f.name.starts_with(&format!("{func} ({}:{want}:", ts.display())), "{}", f.name);
+        }
+    }
+
+    #[test]
+    fn minified_private_methods_get_their_names_back() {
+        let dir = fixture("sourcemap/methods");
+        let (js, ts) = (dir.join("min/counter.js"), dir.join("src/counter.ts"));
+        for (minified, original) in [("#r", "#privateWork"), ("#t", "#staticSecret"), ("spinMethod", "spinMethod")] {
+            // V8 puts a method at its `(`.
+            let (line, col) = position_of(&js, &format!("{minified}("));
+            let raw = format!("JS:*{minified} {}:{line}:{col}", js.display());
+            let (f, w) = map_all(&raw);
+            assert!(w.is_empty(), "{w:?}");
+            let want = ts_line_of(&ts, &format!("{original}("));
+            assert_eq!(f.line, want, "{minified}");
+            assert!(f.name.starts_with(&format!("{original} ({}:{want}:", ts.display())), "{minified}: {}", f.name);
         }
     }
 

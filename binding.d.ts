@@ -27,6 +27,12 @@ export declare class StallWatcher {
 }
 
 /**
+ * For the addon's JavaScript: the warning a profile gets when another
+ * copy of machsampler names its JavaScript (`stats.jsNamesLeftToAnotherCopy`).
+ */
+export declare function anotherCopyWarning(): string
+
+/**
  * For the preload that records a whole program: when one of `signals`
  * ends the process and JavaScript has not claimed the save within
  * `graceMs` (a busy main thread never runs its signal listeners), the
@@ -322,6 +328,12 @@ export interface ProfileJob {
   symbols?: SymbolOptions
   /** Also write the profile here (format by extension, or `save.format`). */
   output?: string
+  /**
+   * `output` stands for a stream (standard output, through a file of the
+   * caller's): one file, whatever the processes. A path that is not a
+   * regular file (a pipe, `/dev/stdout`) is taken as one without this.
+   */
+  stream?: boolean
   /** Export options for `output`. */
   save?: ExportOptions
   /** Reports to compute. */
@@ -570,6 +582,11 @@ export interface StallWatcherStats {
   stalls: number
   /** Hangs written to `hangDir`. */
   hangs: number
+  /**
+   * Hangs that could not be written (`hangDir` removed or made
+   * read-only after `watchStalls()` checked it).
+   */
+  hangsNotWritten: number
   /** Sample rows the history holds (every watcher of the process shares it). */
   historyRows: number
   /** Bytes the history holds. */
@@ -725,6 +742,12 @@ export interface Stats {
    * again when the program runs with one (`record`'s inlining).
    */
   codeEventsCpuNs: number
+  /**
+   * 1 if another copy of machsampler loaded in this process held V8's
+   * code-event handler (one per isolate): this copy left it alone, so
+   * its JavaScript frames stay unnamed where that copy's are named.
+   */
+  jsNamesLeftToAnotherCopy: number
   /** Median stop, in nanoseconds (from a histogram; within 12.5 %). */
   suspendP50Ns: number
   /** 99th-percentile stop, in nanoseconds. */

@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.StallWatcher = nativeBinding.StallWatcher
+module.exports.anotherCopyWarning = nativeBinding.anotherCopyWarning
 module.exports.armExitSignals = nativeBinding.armExitSignals
 module.exports.checkStartOptions = nativeBinding.checkStartOptions
 module.exports.checkWatchStallsOptions = nativeBinding.checkWatchStallsOptions

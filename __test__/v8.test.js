@@ -177,3 +177,39 @@ if (!supported) {
     expect(supported).toBe(false)
   })
 }
+
+describe('two copies of the addon in one process', () => {
+  // V8 has one code-event handler per isolate: the copy that sampled first
+  // keeps naming; the other leaves the handler alone and says why.
+  const script = (order) => `
+const fs = require('fs'), path = require('path'), os = require('os')
+const ms = require(${JSON.stringify(path.join(__dirname, '..'))})
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-copy-'))
+const copyPath = path.join(dir, 'copy.node')
+fs.copyFileSync(${JSON.stringify(path.join(__dirname, '..', 'machsampler.linux-x64-gnu.node'))}, copyPath)
+const copy = require(copyPath)
+fs.rmSync(dir, { recursive: true, force: true })
+function fibTwoCopies(n) { return n < 2 ? n : fibTwoCopies(n - 1) + fibTwoCopies(n - 2) }
+const spin = () => { const end = Date.now() + 600; let x = 0; while (Date.now() < end) x += fibTwoCopies(20); return x }
+const warnings = []
+process.on('warning', (w) => warnings.push(w.code))
+if (${JSON.stringify(order)} === 'package first') { ms.start({ intervalMs: 1 }); copy.start({ intervalMs: 1 }); copy.stop() }
+else { copy.start({ intervalMs: 1 }); copy.stop(); ms.start({ intervalMs: 1 }) }
+spin()
+const p = ms.stop({ symbolicate: true })
+const top = ms.profileReport(p, { top: 3, by: 'self' }).functions.map((f) => f.name)
+setImmediate(() => console.log(JSON.stringify({ named: top.some((n) => n.startsWith('fibTwoCopies (')), left: p.stats.jsNamesLeftToAnotherCopy, warnings })))
+`
+  const run = (order) => {
+    const r = spawnSync(process.execPath, ['-e', script(order)], { encoding: 'utf8', timeout: 60000 })
+    if (r.status !== 0) throw new Error(`status ${r.status}: ${r.stderr}`)
+    return JSON.parse(r.stdout)
+  }
+  const onLinux = supported ? test : test.skip
+  onLinux('the copy that started second does not take the handler from the first', () => {
+    expect(run('package first')).toEqual({ named: true, left: 0, warnings: [] })
+  })
+  onLinux('the copy left out says so, once, as a Node warning and in its stats', () => {
+    expect(run('copy first')).toEqual({ named: false, left: 1, warnings: ['MACHSAMPLER_ANOTHER_COPY'] })
+  })
+})

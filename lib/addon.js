@@ -105,6 +105,22 @@ api.start = arity(
   PUBLIC.start,
 )
 
+// A profile whose JavaScript another copy of machsampler names (see the
+// stat) says so once, as Node's own warnings do.
+let toldOfAnotherCopy = false
+api.stop = arity(
+  'stop',
+  function stop(options) {
+    const profile = binding.stop(options)
+    if (!toldOfAnotherCopy && profile && profile.stats && profile.stats.jsNamesLeftToAnotherCopy > 0) {
+      toldOfAnotherCopy = true
+      process.emitWarning(binding.anotherCopyWarning(), { code: 'MACHSAMPLER_ANOTHER_COPY' })
+    }
+    return profile
+  },
+  PUBLIC.stop,
+)
+
 // process.execve() replaces the process image: stop sampling first, so no
 // sampling signal is left pending for the new program (whose default
 // action for a real-time signal is to terminate).

@@ -200,6 +200,8 @@ pub fn stop() -> Result<Session, SamplerError> {
     SESSION_LIVE.store(false, Relaxed);
     recording.stats.code_events_cpu_ns = code_events_cpu_ns();
     shared().stats.code_events_cpu_ns.set(recording.stats.code_events_cpu_ns);
+    recording.stats.js_names_left_to_another_copy = u64::from(crate::v8::other_copies::left_to_another());
+    shared().stats.js_names_left_to_another_copy.set(recording.stats.js_names_left_to_another_copy);
     restart_background(&mut slot);
     drop(slot);
     let perf_map = perf_map.lock().unwrap_or_else(PoisonError::into_inner).finish();
@@ -374,6 +376,7 @@ pub fn stats() -> StatsSnapshot {
     let mut out = s.stats.snapshot(s.registry.len() as u64);
     if SESSION_LIVE.load(Relaxed) {
         out.code_events_cpu_ns = code_events_cpu_ns();
+        out.js_names_left_to_another_copy = u64::from(crate::v8::other_copies::left_to_another());
     }
     out
 }

@@ -431,6 +431,13 @@ pub fn is_running() -> bool {
     control::is_running()
 }
 
+/// For the addon's JavaScript: the warning a profile gets when another
+/// copy of machsampler names its JavaScript (`stats.jsNamesLeftToAnotherCopy`).
+#[napi]
+pub fn another_copy_warning() -> &'static str {
+    crate::formats::warnings::ANOTHER_COPY
+}
+
 /// For the addon's JavaScript: a thread was just created (a Worker), so
 /// the running sampler, if any, looks for threads now. Never waits.
 #[napi]

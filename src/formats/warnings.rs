@@ -9,9 +9,18 @@ use crate::profile::{FunctionKind, ProfileData};
 /// Below this share of a thread's running samples, unnamed code is noise.
 const MIN_SHARE: f64 = 0.01;
 
+/// Why JavaScript is unnamed when another copy of the addon held V8's
+/// code events in the process.
+pub const ANOTHER_COPY: &str = "JavaScript frames are unnamed: another copy of machsampler loaded in this process \
+     names them (V8 lets one code-event handler per isolate describe code, and it took it first). Load one copy: \
+     dedupe the dependency (npm dedupe).";
+
 /// One warning if some thread spent time in code outside every module that
 /// nothing named (JIT code V8 did not describe), naming the worst thread.
 pub fn unnamed_js(profile: &ProfileData) -> Vec<String> {
+    if profile.stats.js_names_left_to_another_copy > 0 {
+        return vec![ANOTHER_COPY.to_string()];
+    }
     let symbols = resolve(profile);
     let unnamed: Vec<bool> =
         symbols.functions.iter().map(|f| f.kind == FunctionKind::Unknown && f.module < 0).collect();

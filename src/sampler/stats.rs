@@ -142,6 +142,8 @@ pub struct Stats {
     pub signal_taken_over: Counter,
     /// Set by the layer that names JavaScript frames (see the field list).
     pub code_events_cpu_ns: Counter,
+    /// Set by the layer that names JavaScript frames (see the field list).
+    pub js_names_left_to_another_copy: Counter,
     /// How long a thread is stopped per sample (suspend to resume, or
     /// signal-handler entry to exit).
     pub suspend_hist: Histogram,
@@ -226,6 +228,10 @@ macro_rules! with_stats_fields {
             #[doc = " existing code), in nanoseconds. It also writes V8's own log"]
             #[doc = " again when the program runs with one (`record`'s inlining)."]
             code_events_cpu_ns,
+            #[doc = " 1 if another copy of machsampler loaded in this process held V8's"]
+            #[doc = " code-event handler (one per isolate): this copy left it alone, so"]
+            #[doc = " its JavaScript frames stay unnamed where that copy's are named."]
+            js_names_left_to_another_copy,
             #[doc = " Median stop, in nanoseconds (from a histogram; within 12.5 %)."]
             suspend_p50_ns,
             #[doc = " 99th-percentile stop, in nanoseconds."]
@@ -293,6 +299,7 @@ impl Stats {
             &self.ended_copy_failed,
             &self.signal_taken_over,
             &self.code_events_cpu_ns,
+            &self.js_names_left_to_another_copy,
         ] {
             c.set(0);
         }
@@ -355,6 +362,7 @@ impl Stats {
             ended_copy_failed: self.ended_copy_failed.get(),
             signal_taken_over: self.signal_taken_over.get(),
             code_events_cpu_ns: self.code_events_cpu_ns.get(),
+            js_names_left_to_another_copy: self.js_names_left_to_another_copy.get(),
             suspend_p50_ns: Histogram::percentile(&suspend, 0.50),
             suspend_p99_ns: Histogram::percentile(&suspend, 0.99),
             delivery_p50_ns: Histogram::percentile(&delivery, 0.50),

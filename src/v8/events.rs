@@ -388,6 +388,10 @@ fn reconcile_current_with(api: &Api, isolate: *mut Isolate, serial: u32, defer_e
         return;
     }
     if want {
+        // Another copy of the addon names JavaScript with this slot.
+        if super::other_copies::holder().is_some() {
+            return;
+        }
         let t0 = now_ns();
         let cpu0 = thread_cpu_ns();
         let enumerate = enumerate_on_install();
@@ -417,6 +421,7 @@ fn reconcile_current_with(api: &Api, isolate: *mut Isolate, serial: u32, defer_e
         unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_DEFAULT, None) };
     }
     installed.insert(serial, want);
+    super::other_copies::set_held(installed.values().filter(|&&on| on).count());
 }
 
 extern "C" fn on_interrupt(isolate: *mut Isolate, data: *mut c_void) {
@@ -614,6 +619,7 @@ pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
         // SAFETY: on the isolate's own thread, before it is disposed of.
         unsafe { (api.set_jit_code_event_handler)(reg.isolate as *mut Isolate, JIT_CODE_EVENT_DEFAULT, None) };
     }
+    super::other_copies::set_held(installed.values().filter(|&&on| on).count());
     drop(installed);
     submit(RawOp::Retire { isolate: reg.serial }, 0, 0, now_ns(), &[]);
 }

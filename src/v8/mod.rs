@@ -28,6 +28,7 @@ pub mod events;
 pub mod frames;
 pub mod inline_log;
 pub mod merge;
+pub mod other_copies;
 pub mod registry;
 pub mod remap;
 pub mod resolve;

@@ -461,3 +461,14 @@ if (isMainThread) {
     fs.rmSync(tmp, { recursive: true, force: true })
   })
 })
+
+test.each([
+  [{ cacheDir: 5 }, 'options.cacheDir must be a string, got number'],
+  [{ cacheDir: ['/tmp'] }, 'options.cacheDir must be a string, got object'],
+  [{ cacheDir: '' }, 'options.cacheDir must be a non-empty string'],
+  [{ symbolPath: 5 }, 'options.symbolPath must be a string or an array of strings'],
+  [{ symbolPath: ['/tmp', 3] }, 'options.symbolPath must be a string or an array of strings'],
+])('symbol options %p are EINVAL naming what is valid', (options, message) => {
+  const p = ms.loadProfile(path.join(__dirname, 'fixtures', 'format-v1.machprof'))
+  expect(() => ms.symbolicate(p, options)).toThrow(expect.objectContaining({ code: 'EINVAL', message }))
+})

@@ -9,7 +9,7 @@ use napi::bindgen_prelude::*;
 use napi::{Env, ValueType};
 use napi_derive::napi;
 
-use super::formats::{entries, read_machprof};
+use super::formats::{entries, read_machprof, string};
 use super::profile::{profile_from_js, JsSymbolTable};
 use super::{einval, napi_fail, JsResult};
 use crate::symbols::symbol_path::{default_cache_root, SymbolPath};
@@ -60,11 +60,11 @@ pub(crate) fn symbol_options(options: Unknown, what: &str) -> JsResult<Symbolica
         match key.as_str() {
             "symbolPath" => entries_given = Some(strings(&val, &format!("{what}.symbolPath"))?),
             "cacheDir" => {
-                let dir = strings(&val, &format!("{what}.cacheDir"))?;
-                if dir.len() != 1 || dir[0].is_empty() {
+                let dir = string(&val, &format!("{what}.cacheDir"))?;
+                if dir.is_empty() {
                     return Err(einval(format!("{what}.cacheDir must be a non-empty string")));
                 }
-                cache_dir = Some(PathBuf::from(&dir[0]));
+                cache_dir = Some(PathBuf::from(dir));
             }
             _ => return Err(einval(format!("unknown option '{key}'; valid options are {SYMBOL_KEYS}"))),
         }

@@ -135,6 +135,15 @@ describe('record follows Node.js processes', () => {
       expect(one.stderr).toContain(`the profile holds 2 processes (pids ${pids.join(', ')}) and a speedscope file holds one`)
       expect(one.stderr).toContain('use --format collapsed, firefox or machprof')
     }
+    // /dev/stdout sent to a regular file is a stream too.
+    const redirected = path.join(dir, 'redirected.json')
+    const fd = fs.openSync(redirected, 'w')
+    const red = require('child_process').spawnSync(NODE, [h.CLI, 'convert', out, '-o', '/dev/stdout', '-f', 'speedscope'], { stdio: ['ignore', fd, 'pipe'], encoding: 'utf8' })
+    fs.closeSync(fd)
+    expect(red.status).toBe(1)
+    expect(red.stderr).toContain('/dev/stdout, a stream, takes one file')
+    expect(fs.statSync(redirected).size).toBe(0)
+    expect(fs.readdirSync('/dev').filter((n) => n.startsWith('stdout.'))).toEqual([])
     // record keeps what it could not write as asked.
     const kept = h.cli(['record', '--mode', 'wall', '-q', '-o', '/dev/stdout', '-f', 'html', '--', NODE, 'parent.js'], { cwd: dir })
     expect(kept.status).toBe(1)

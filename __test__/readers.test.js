@@ -223,8 +223,11 @@ describe('HTML flame graph in headless Chromium', () => {
     const el = await page.evaluateHandle((t) => [...document.querySelectorAll('.f')].find((e) => e.getAttribute('title') === t), named.title)
     await el.asElement().hover({ force: true })
     expect(await page.title()).not.toBe('PWNED')
-    // #t=1.5 is no thread: the picker shows all threads.
+    // #t=1.5 is no thread, nor is an empty ?t=: the picker shows all threads.
     expect(await page.inputValue('#thread')).toBe('-1')
+    await page.goto(`file://${html}?t=`)
+    expect(await page.inputValue('#thread')).toBe('-1')
+    expect(errors).toEqual([])
     await page.close()
   }, 180000)
 })

@@ -33,7 +33,7 @@ async function convert(argv) {
   const symbols = symbolOptions(values)
   await fetchFor(input, symbols)
   const tmp = toStdout ? scratchDir() : null
-  let stdoutParts
+  let stdoutBytes
   try {
     const output = toStdout ? path.join(tmp, 'out') : values.output
     let result
@@ -59,13 +59,13 @@ async function convert(argv) {
       return 0
     }
     // Read before writing: a reader that stops early ends the process on
-    // EPIPE, and the directory must be gone by then.
-    stdoutParts = result.outputs.map((o) => fs.readFileSync(o.path))
+    // EPIPE, and the directory must be gone by then. A stream gets one
+    // file (see processProfileFile's `stream`).
+    stdoutBytes = fs.readFileSync(result.outputs[0].path)
   } finally {
     if (tmp) fs.rmSync(tmp, { recursive: true, force: true })
   }
-  // A stream takes one file (see processProfileFile's `stream`).
-  for (const bytes of stdoutParts) await writeStdout(bytes)
+  await writeStdout(stdoutBytes)
   return 0
 }
 

@@ -469,20 +469,20 @@ async function record(argv) {
 /**
  * The program has run and its profile could not be written as asked (a
  * full disk, a directory made read-only meanwhile, a stream given several
- * processes): the recording is kept, lossless, in the current directory,
+ * processes): the recording is kept, lossless, in the current directory
  * rather than lost with the session directory. Returns the error to throw.
  */
 function keepRecording(e, raws, job) {
   if (!(e instanceof CliError)) return e
   const kept = path.resolve(`machsampler-${timestamp()}-${process.pid}.machprof`)
+  let note
   try {
     processFile(raws, { ...job, output: kept, save: { format: 'machprof' }, reports: [] })
-  } catch {
-    return e
+    note = `the recording was kept in ${kept}; 'machsampler convert ${kept} -o <file>' writes it as asked`
+  } catch (k) {
+    note = `the recording could not be kept either (${k.message})`
   }
-  return Object.assign(new CliError(`${e.message}\nmachsampler: the recording was kept in ${kept}; 'machsampler convert ${kept} -o <file>' writes it as asked`, e.exitCode), {
-    code: e.code,
-  })
+  return Object.assign(new CliError(`${e.message}\nmachsampler: ${note}`, e.exitCode), { code: e.code })
 }
 
 module.exports = { record, parseRecordArgs }

@@ -699,7 +699,7 @@ fn per_process_path(path: &str, format: Format, pid: u32) -> String {
 /// that holds one process a file.
 fn one_process_only(data: &ProfileData, save: &SaveRequest, stream: bool) -> String {
     let pids: Vec<String> = data.processes.iter().map(|p| p.pid.to_string()).collect();
-    let dest = if stream { "standard output".to_string() } else { format!("{} (not a regular file)", save.path) };
+    let dest = if stream { "standard output".to_string() } else { format!("{}, a stream,", save.path) };
     format!(
         "the profile holds {} processes (pids {}) and a {} file holds one; {dest} takes one file: write to a regular \
          file (one per process, <name>.<pid>.<ext>), or use --format collapsed, firefox or machprof, which hold them all",
@@ -783,6 +783,7 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
     let save = match (output, save) {
         (Some(o), save) => Some(SaveRequest::parse(&o, "job.output", save)?),
         (None, Some(_)) => return Err(einval("job.save needs job.output")),
+        (None, None) if stream => return Err(einval("job.stream needs job.output")),
         (None, None) => None,
     };
     let mut parts = Vec::with_capacity(inputs.len());
@@ -828,16 +829,16 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
     warnings.extend(crate::formats::warnings::cut_stacks(&data));
     let mut outputs = Vec::new();
     if let Some(s) = &save {
-        let holds_many = matches!(s.format, Format::Machprof | Format::Firefox);
         // A stream (a pipe, `/dev/stdout`) takes one file: collapsed stacks
-        // of every process (their threads' labels carry the pid), or an
-        // error for a format that holds one process, never `<path>.<pid>`
-        // files nobody asked for, nor documents one after the other.
+        // of every process (their threads' labels carry the pid, unless
+        // asked not to label threads), or an error for a format that holds
+        // one process; never `<path>.<pid>` files nobody asked for.
         let one_file = stream || crate::formats::is_stream(Path::new(&s.path));
-        if data.process_count() > 1 && !holds_many && one_file && !matches!(s.format, Format::Collapsed) {
+        let split = data.process_count() > 1 && !matches!(s.format, Format::Machprof | Format::Firefox);
+        if split && one_file && !matches!(s.format, Format::Collapsed) {
             return Err(einval(one_process_only(&data, s, stream)));
         }
-        if data.process_count() > 1 && !holds_many && !one_file {
+        if split && !one_file {
             for p in 0..data.process_count() {
                 let one = crate::profile::merge::split(&data, p);
                 if drawable(&one, s) == 0 {

@@ -191,6 +191,6 @@
   var params = new URLSearchParams(location.hash.slice(1) || location.search.slice(1))
   state.term = params.get('s') || ''
   search.value = state.term
-  var t = Number(params.get('t'))
-  pick(params.has('t') && Number.isInteger(t) && t >= -1 && t < D.threads.length ? t : -1)
+  var t = /^-?\d+$/.test(params.get('t') || '') ? Number(params.get('t')) : -1
+  pick(t >= -1 && t < D.threads.length ? t : -1)
 })()

@@ -257,10 +257,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
-/// Whether `path` leads to a special file that [`write_atomic`] writes as a
-/// stream (a pipe, a terminal, `/dev/stdout`): it takes one file.
+/// Whether `path` is a stream, which takes one file: a special file (a
+/// pipe, a terminal) or one of our descriptors (`/dev/stdout`, whatever it
+/// was redirected to).
 pub fn is_stream(path: &Path) -> bool {
-    matches!(fs::metadata(path), Ok(m) if !m.is_file() && !m.is_dir())
+    descriptor_named(path).is_some() || matches!(fs::metadata(path), Ok(m) if !m.is_file() && !m.is_dir())
 }
 
 /// Whether [`write_atomic`] could write `path` now, found without writing

@@ -24,6 +24,8 @@ pub enum ErrorCode {
     Access,
     /// A path that must be a directory is not one.
     NotDir,
+    /// The file system is mounted read-only.
+    ReadOnlyFs,
 }
 
 impl ErrorCode {
@@ -38,6 +40,7 @@ impl ErrorCode {
             ErrorCode::NoEnt => "ENOENT",
             ErrorCode::Access => "EACCES",
             ErrorCode::NotDir => "ENOTDIR",
+            ErrorCode::ReadOnlyFs => "EROFS",
         }
     }
 }
@@ -63,7 +66,8 @@ impl SamplerError {
         use std::io::ErrorKind::*;
         let code = match e.kind() {
             NotFound => ErrorCode::NoEnt,
-            PermissionDenied | ReadOnlyFilesystem => ErrorCode::Access,
+            PermissionDenied => ErrorCode::Access,
+            ReadOnlyFilesystem => ErrorCode::ReadOnlyFs,
             NotADirectory => ErrorCode::NotDir,
             _ => ErrorCode::Inval,
         };

@@ -102,7 +102,7 @@ pub struct Watch {
     closed: AtomicBool,
     stalls: AtomicU64,
     hangs: AtomicU64,
-    hangs_lost: AtomicU64,
+    hangs_not_written: AtomicU64,
 }
 
 impl Watch {
@@ -212,10 +212,10 @@ fn reporter(tasks: Receiver<Task>) {
                     // Counted once written: `stats().hangs` is what the
                     // directory holds. A write that fails (the directory
                     // removed or made read-only since) is counted apart.
-                    let n = watch.hangs.load(Ordering::Acquire) + watch.hangs_lost.load(Ordering::Acquire) + 1;
+                    let n = watch.hangs.load(Ordering::Acquire) + watch.hangs_not_written.load(Ordering::Acquire) + 1;
                     match report::write_hang(&report, dir, n) {
                         Ok(()) => watch.hangs.fetch_add(1, Ordering::AcqRel),
-                        Err(_) => watch.hangs_lost.fetch_add(1, Ordering::AcqRel),
+                        Err(_) => watch.hangs_not_written.fetch_add(1, Ordering::AcqRel),
                     };
                 }
             }
@@ -250,7 +250,7 @@ pub fn watch(
         closed: AtomicBool::new(false),
         stalls: AtomicU64::new(0),
         hangs: AtomicU64::new(0),
-        hangs_lost: AtomicU64::new(0),
+        hangs_not_written: AtomicU64::new(0),
     });
     let _change = s.change.lock().unwrap_or_else(PoisonError::into_inner);
     let interval = s.observer.add(watch.clone());
@@ -315,7 +315,7 @@ pub fn stats(watch: &Watch) -> WatchStats {
     WatchStats {
         stalls: watch.stalls.load(Ordering::Acquire),
         hangs: watch.hangs.load(Ordering::Acquire),
-        hangs_not_written: watch.hangs_lost.load(Ordering::Acquire),
+        hangs_not_written: watch.hangs_not_written.load(Ordering::Acquire),
         history: stalls().observer.history_stats(),
     }
 }

@@ -132,6 +132,10 @@ pub fn warm_symbols(window: HistoryWindow, symbols: &SymbolicateOptions) {
 pub fn write_hang(report: &StallReport, dir: &Path, n: u64) -> io::Result<()> {
     let stem = format!("machsampler-hang-{}-{n}", std::process::id());
     let bytes = export(&report.profile, Format::Machprof).map_err(io::Error::other)?;
-    write_atomic(&dir.join(format!("{stem}.machprof")), &bytes)?;
-    write_atomic(&dir.join(format!("{stem}.txt")), report.summary.as_bytes())
+    let profile = dir.join(format!("{stem}.machprof"));
+    write_atomic(&profile, &bytes)?;
+    // Both files or neither: a hang is counted written only whole.
+    write_atomic(&dir.join(format!("{stem}.txt")), report.summary.as_bytes()).inspect_err(|_| {
+        let _ = std::fs::remove_file(&profile);
+    })
 }

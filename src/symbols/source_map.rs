@@ -313,7 +313,7 @@ impl ScriptMap {
                 return None;
             }
             // A map may stand on a private name's `#` or after it.
-            if self.identifier_at(tl, tc).map(|i| i.trim_start_matches('#')) == Some(wanted.trim_start_matches('#')) {
+            if self.identifier_at(tl, tc).is_some_and(|i| i == wanted || i == wanted.trim_start_matches('#')) {
                 return t.get_name().filter(|n| !n.is_empty()).map(str::to_string);
             }
             at = match (tl, tc) {
@@ -543,6 +543,17 @@ mod tests {
             assert_eq!(f.line, want, "{minified}");
             assert!(f.name.starts_with(&format!("{original} ({}:{want}:", ts.display())), "{minified}: {}", f.name);
         }
+        // A map whose names dropped the `#` (terser's): put back.
+        let tmp = crate::symbols::test_fixtures::tempdir("srcmap-private");
+        let map = std::fs::read_to_string(dir.join("min/counter.js.map"))
+            .unwrap()
+            .replace("\"#privateWork\"", "\"privateWork\"");
+        std::fs::write(tmp.join("counter.js.map"), map).unwrap();
+        std::fs::copy(&js, tmp.join("counter.js")).unwrap();
+        let (line, col) = position_of(&tmp.join("counter.js"), "#r(");
+        let (f, _) = map_all(&format!("JS:*#r {}:{line}:{col}", tmp.join("counter.js").display()));
+        assert!(f.name.starts_with("#privateWork ("), "{}", f.name);
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

@@ -382,16 +382,19 @@ fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
 /// does not wait for the heap walk.
 fn reconcile_current_with(api: &Api, isolate: *mut Isolate, serial: u32, defer_enumeration: bool) {
     let want = wanted();
+    // Another copy of the addon may name this isolate's JavaScript with
+    // the one slot: asked before taking `INSTALLED`, since the question
+    // takes the loader's lock.
+    let is_on = || lock(&INSTALLED).get(&serial).copied().unwrap_or(false);
+    if want && !is_on() && super::other_copies::holder(isolate as usize).is_some() {
+        return;
+    }
     let mut installed = lock(&INSTALLED);
     let is_on = installed.get(&serial).copied().unwrap_or(false);
     if want == is_on {
         return;
     }
     if want {
-        // Another copy of the addon names JavaScript with this slot.
-        if super::other_copies::holder().is_some() {
-            return;
-        }
         let t0 = now_ns();
         let cpu0 = thread_cpu_ns();
         let enumerate = enumerate_on_install();
@@ -421,7 +424,7 @@ fn reconcile_current_with(api: &Api, isolate: *mut Isolate, serial: u32, defer_e
         unsafe { (api.set_jit_code_event_handler)(isolate, JIT_CODE_EVENT_DEFAULT, None) };
     }
     installed.insert(serial, want);
-    super::other_copies::set_held(installed.values().filter(|&&on| on).count());
+    super::other_copies::set_held(isolate as usize, want);
 }
 
 extern "C" fn on_interrupt(isolate: *mut Isolate, data: *mut c_void) {
@@ -546,6 +549,7 @@ fn enable_with(defer_enumeration: bool) -> bool {
     if let Some(t) = boot_ticks_now() {
         SESSION_START_TICKS.store(t, Ordering::Release);
     }
+    super::other_copies::reset_left();
     WANTED.store(true, Ordering::Release);
     EVER_WANTED.store(true, Ordering::Release);
     reconcile_all(api, defer_enumeration);
@@ -618,8 +622,8 @@ pub(crate) fn on_unregistered(api: &Api, reg: Registered) {
     if installed.remove(&reg.serial).unwrap_or(false) {
         // SAFETY: on the isolate's own thread, before it is disposed of.
         unsafe { (api.set_jit_code_event_handler)(reg.isolate as *mut Isolate, JIT_CODE_EVENT_DEFAULT, None) };
+        super::other_copies::set_held(reg.isolate, false);
     }
-    super::other_copies::set_held(installed.values().filter(|&&on| on).count());
     drop(installed);
     submit(RawOp::Retire { isolate: reg.serial }, 0, 0, now_ns(), &[]);
 }

@@ -322,7 +322,9 @@ function main() {
         warn(`wrote ${output}`)
       }
     } catch (e) {
-      warn(e.message)
+      // The session's directory gone: `record` has ended (a detached child
+      // outliving it), and nobody would read the profile.
+      if (!(sessionDir && !fs.existsSync(sessionDir))) warn(e.message)
     }
   }
 

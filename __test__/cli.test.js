@@ -563,6 +563,7 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     ['unknown format', ['record', '-f', 'gif', '-o', W('o9.html'), '--', NODE, h.BUSY], 2, "unknown format 'gif'"],
     ['unknown extension', ['record', '-o', W('o10.json'), '--', NODE, h.BUSY], 2, 'cannot tell the format'],
     ['output directory missing', ['record', '-o', W('missing/o11.html'), '--', NODE, h.BUSY], 1, 'no such directory'],
+    ['output through a missing directory and ..', ['record', '-o', `${work}/missing/../o11b.html`, '--', NODE, h.BUSY], 1, 'no such directory'],
     ['output under a file', ['record', '-o', W('a-file/o12.html'), '--', NODE, h.BUSY], 1, 'not a directory'],
     ['output is a directory', ['record', '-o', work, '-f', 'html', '--', NODE, h.BUSY], 1, 'is a directory'],
     ['convert to a missing directory', ['convert', machprof, '-o', W('missing/o13.pb.gz')], 1, 'cannot write'],
@@ -592,5 +593,24 @@ describe('bad input: one line on stderr, a conventional status, nothing left beh
     // a temporary one) appeared.
     expect(r.stdout).not.toContain('ready')
     expect(h.listDir(work)).toEqual(before)
+  })
+})
+
+describe('record when the profile cannot be written after the run', () => {
+  test("the recording is kept in the current directory, and the status is the program's", () => {
+    const cwd = h.tmpdir('kept')
+    const out = path.join(cwd, 'gone', 'x.machprof')
+    fs.mkdirSync(path.dirname(out))
+    // The program removes the output's directory, then fails with 3.
+    const program = `require('fs').rmSync(${JSON.stringify(path.dirname(out))}, { recursive: true }); process.exitCode = 3`
+    const r = h.cli(['record', '-q', '-o', out, '--', NODE, '-e', program], { cwd })
+    expect(r.status).toBe(3)
+    const lines = r.stderr.trimEnd().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^machsampler: cannot write .*no such directory; the recording was kept in (\S+\.machprof);/)
+    const kept = /kept in (\S+\.machprof);/.exec(lines[0])[1]
+    expect(path.dirname(kept)).toBe(fs.realpathSync(cwd))
+    expect(ms.loadProfile(kept).samples.thread.length).toBeGreaterThan(0)
+    fs.rmSync(cwd, { recursive: true, force: true })
   })
 })

@@ -276,6 +276,17 @@ describe('saying so when something is off', () => {
     expect(fs.existsSync(out)).toBe(false)
   }, 60000)
 
+  test('a detached child that outlives record says nothing when it ends later', () => {
+    // It lives 6.5 s on record's stderr, past record's end: its profile has
+    // nowhere to go, and no error of it reaches the user's terminal.
+    const child = 'const e = Date.now() + 300; while (Date.now() < e); setTimeout(() => {}, 6500)'
+    const parent = `require('child_process').spawn(process.execPath, ['-e', ${JSON.stringify(child)}], { detached: true, stdio: 'inherit' }).unref()`
+    const r = h.cli(['record', '-q', '-o', path.join(dir, 'detached.machprof'), '--', NODE, '-e', parent])
+    // The captured stderr closes only when the child has ended.
+    expect(r.status).toBe(0)
+    expect(r.stderr).toBe('')
+  }, 60000)
+
   test('the summary ends with what the profiler cost', () => {
     const r = h.cli(['record', '-o', path.join(dir, 'cost.collapsed'), '--', NODE, h.BUSY])
     expect(r.status).toBe(0)

@@ -221,6 +221,20 @@ describe('machsampler record --stalls', () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-stalls-'))
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 
+  test("a stall's summary shows control characters of names escaped, as the rest does", () => {
+    const program = [
+      // A string key (not a computed one) is the method's name in V8.
+      "const o = { '\\x1b[31mREDBLOCK'() { const end = Date.now() + 300; while (Date.now() < end); } }",
+      "setTimeout(() => o['\\x1b[31mREDBLOCK'](), 300)",
+      'setTimeout(() => {}, 900)',
+    ].join(';')
+    const r = h.cli(['record', '--stalls', '100', '-o', path.join(dir, 'esc.machprof'), '--', process.execPath, '-e', program])
+    expect(r.status).toBe(0)
+    expect(r.stderr).toMatch(/stall 1: wrote/)
+    expect(r.stderr).toContain('\\x1b[31mREDBLOCK')
+    expect(r.stderr).not.toContain('\x1b')
+  })
+
   test('writes <output>-stall-<n>.<ext> for each stall and prints its summary', () => {
     const program = [
       "const { spinBusy } = require(process.argv[1])",

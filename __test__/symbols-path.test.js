@@ -152,6 +152,13 @@ function symbolServer(root) {
   const server = http.createServer((req, res) => {
     state.requests.push(req.url)
     if (state.mode === 'hang') return // never answers
+    if (state.mode === 'trickle') {
+      // Answers, then a byte now and then, forever.
+      res.writeHead(200)
+      const t = setInterval(() => res.write('M'), 50)
+      res.on('close', () => clearInterval(t))
+      return
+    }
     if (state.mode === 'html') {
       res.writeHead(200, { 'content-type': 'text/html' })
       return res.end('<html>maintenance</html>')
@@ -246,6 +253,14 @@ describe('Breakpad symbol files from a server on 127.0.0.1', () => {
     expect(Date.now() - t0).toBeLessThan(10000)
     expect(r.unreachable).toHaveLength(1)
     expect(r.messages).toHaveLength(1)
+
+    // A server that answers, then trickles: too slow, ended.
+    srv.state.mode = 'trickle'
+    const t1 = Date.now()
+    r = await ms.fetchSymbols(profile, { symbolPath: srv.url, cacheDir, timeoutMs: 300 })
+    expect(Date.now() - t1).toBeLessThan(10000)
+    expect(r.failed.map((f) => f.reason)).toEqual([expect.stringMatching(/^too slow: \d+ bytes in 300 ms$/)])
+    expect(fs.readdirSync(cacheDir, { recursive: true }).filter((f) => f.endsWith('.part'))).toEqual([])
     srv.state.mode = 'ok'
 
     // Nothing listens there.

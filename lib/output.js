@@ -15,7 +15,9 @@ function failure(file, code, why) {
  * cannot be created: probes its directory with a temporary file.
  */
 function checkWritable(file) {
-  const abs = path.resolve(file)
+  // Not path.resolve(): it folds `missing/..` away, which the system does
+  // not when the file is written.
+  const abs = path.isAbsolute(file) ? file : `${process.cwd()}${path.sep}${file}`
   let st = null
   try {
     st = fs.statSync(abs)
@@ -33,7 +35,7 @@ function checkWritable(file) {
     }
   }
   // Through symbolic links, the file written is the one they end at.
-  const probe = path.join(path.dirname(finalPath(abs)), `.machsampler-probe-${process.pid}-${Date.now()}`)
+  const probe = `${path.dirname(finalPath(abs))}${path.sep}.machsampler-probe-${process.pid}-${Date.now()}`
   try {
     fs.closeSync(fs.openSync(probe, 'wx'))
     fs.unlinkSync(probe)

@@ -6,7 +6,9 @@
 // symbolicate() and stop() never download.
 //
 // Node's own http/https do the work (no TLS stack in the addon). Each
-// request has a timeout; a server that cannot be reached is not asked
+// request has a timeout: no answer within it, or a body that comes slower
+// than 1 KiB/s over any such period (a server that trickles), ends it; a
+// server that cannot be reached is not asked
 // again in the same call; a 404 is remembered for a day (a `.404` file
 // beside where the symbol file would go), so a module a server does not
 // have is not asked for on every run. A file that is not a Breakpad
@@ -22,6 +24,8 @@ const MISSING_FOR_MS = 24 * 3600 * 1000
 const PARALLEL = 4
 const MAX_REDIRECTS = 5
 const MAX_BYTES = 2 * 1024 * 1024 * 1024
+/** The slowest body kept going, bytes per second. */
+const MIN_BYTES_PER_S = 1024
 
 function origin(url) {
   try {
@@ -73,12 +77,21 @@ function download(url, file, timeoutMs, redirects = 0) {
       const out = fs.createWriteStream(tmp)
       let bytes = 0
       let head = Buffer.alloc(0)
+      // Bytes that came in the current period of timeoutMs.
+      let lately = 0
+      const floor = Math.ceil((MIN_BYTES_PER_S * timeoutMs) / 1000)
+      const slow = setInterval(() => {
+        if (lately < floor) fail(new Error(`too slow: ${lately} bytes in ${timeoutMs} ms`))
+        lately = 0
+      }, timeoutMs)
       const fail = (e) => {
+        clearInterval(slow)
         res.destroy()
         out.destroy()
         fs.rm(tmp, { force: true }, () => reject(e))
       }
       res.on('data', (chunk) => {
+        lately += chunk.length
         bytes += chunk.length
         if (head.length < 7) head = Buffer.concat([head, chunk.subarray(0, 7)])
         if (bytes > MAX_BYTES) fail(new Error('larger than 2 GiB'))
@@ -88,6 +101,7 @@ function download(url, file, timeoutMs, redirects = 0) {
       res.pipe(out)
       out.on('error', fail)
       out.on('finish', () => {
+        clearInterval(slow)
         if (!res.complete) return fail(new Error('connection closed early'))
         if (head.subarray(0, 7).toString('latin1') !== 'MODULE ') return fail(new Error('not a Breakpad symbol file'))
         fs.rename(tmp, file, (e) => (e ? fail(e) : resolve('ok')))

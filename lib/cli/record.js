@@ -377,7 +377,7 @@ function writeStalls(opts, sessionDir) {
     written.push(output)
     if (!opts.quiet) {
       const what = kind === 'hang' ? `hang ${n} (the loop had not turned yet)` : `stall ${n}`
-      process.stderr.write(`machsampler: ${what}: wrote ${output} (${opts.format})\n${summaryText.replace(/\n?$/, '\n')}\n`)
+      process.stderr.write(`machsampler: ${what}: wrote ${output} (${opts.format})\n${text.printable(summaryText).replace(/\n?$/, '\n')}\n`)
     }
   }
   return written
@@ -452,7 +452,7 @@ async function record(argv) {
         reports: opts.quiet ? [] : reports,
       })
     } catch (e) {
-      throw keepRecording(e, session.raws, job)
+      throw keepRecording(e, session.raws, job, status)
     }
     for (const p of result.summary.processes) removePerfMap(opts, p.pid)
     // With --no-jit-names, unnamed JavaScript is what was asked for.
@@ -472,7 +472,7 @@ async function record(argv) {
  * processes): the recording is kept, lossless, in the current directory
  * rather than lost with the session directory. Returns the error to throw.
  */
-function keepRecording(e, raws, job) {
+function keepRecording(e, raws, job, status) {
   if (!(e instanceof CliError)) return e
   const kept = path.resolve(`machsampler-${timestamp()}-${process.pid}.machprof`)
   let note
@@ -482,7 +482,8 @@ function keepRecording(e, raws, job) {
   } catch (k) {
     note = `the recording could not be kept either (${k.message})`
   }
-  return Object.assign(new CliError(`${e.message}\nmachsampler: ${note}`, e.exitCode), { code: e.code })
+  // The program's status when it failed, as for any profile not written.
+  return Object.assign(new CliError(`${e.message}; ${note}`, status !== 0 ? status : e.exitCode), { code: e.code })
 }
 
 module.exports = { record, parseRecordArgs }

@@ -151,7 +151,8 @@ function costLines(summary, { inlineHint = false } = {}) {
   const s = summary.stats
   const seconds = summary.durationNs / 1e9
   const core = seconds > 0 ? ` (${((100 * s.samplerCpuNs) / summary.durationNs).toFixed(1)}% of one core)` : ''
-  const rows = s.samplesCaptured || summary.samples
+  // Every sample taken stopped its thread, stored or dropped (a full buffer).
+  const rows = s.threadsSampled || s.samplesCaptured || summary.samples
   const each = rows > 0 ? `, ${(s.totalSuspendNs / rows / 1000).toFixed(1)} µs per sample` : ''
   // V8 describing the code of each JavaScript thread for names: run on
   // those threads, once each (older profiles do not have it).

@@ -827,6 +827,7 @@ pub fn process_profile_file(input: Unknown, job: Unknown) -> Result<JsProcessedP
         warnings.extend(crate::formats::warnings::unnamed_js(&data));
     }
     warnings.extend(crate::formats::warnings::cut_stacks(&data));
+    warnings.extend(crate::formats::warnings::dropped_samples(&data));
     let mut outputs = Vec::new();
     if let Some(s) = &save {
         // A stream (a pipe, `/dev/stdout`) takes one file: collapsed stacks

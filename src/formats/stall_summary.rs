@@ -184,9 +184,10 @@ pub fn summary(profile: &ProfileData, span: &StallSpan) -> String {
                 .max_by_key(|&(f, w)| (*w, std::cmp::Reverse(*f)))
                 .map(|(&f, _)| symbols.functions[f as usize].name.clone())
                 .unwrap_or_default();
-            let t = &profile.threads[th];
-            let name = if t.name.is_empty() { "thread" } else { t.name.as_str() };
-            let _ = writeln!(out, "    {name} (tid {}): {} on CPU, most in {top}", t.tid, ms(w * interval));
+            // Its role where its OS name says nothing (`node`), as elsewhere.
+            let name = crate::profile::roles::display_name(profile, th);
+            let tid = profile.threads[th].tid;
+            let _ = writeln!(out, "    {name} (tid {tid}): {} on CPU, most in {top}", ms(w * interval));
         }
         if busy.len() > OTHER_THREADS {
             let _ = writeln!(out, "    ... and {} more", busy.len() - OTHER_THREADS);

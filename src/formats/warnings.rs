@@ -97,6 +97,21 @@ pub fn cut_stacks(profile: &ProfileData) -> Vec<String> {
     out
 }
 
+/// One warning if more than [`MIN_SHARE`] of the samples taken were
+/// dropped (the sample buffer or stack table was full): the profile then
+/// covers only part of the run.
+pub fn dropped_samples(profile: &ProfileData) -> Vec<String> {
+    let s = &profile.stats;
+    let Some(percent) = share_worth_saying(s.samples_dropped, s.samples_captured + s.samples_dropped) else {
+        return Vec::new();
+    };
+    vec![format!(
+        "{percent:.1}% of the samples taken ({}) were dropped: the sample buffer was full, so the profile covers only \
+         part of the run. Record again with a larger --buffer (bufferSamples).",
+        s.samples_dropped
+    )]
+}
+
 /// The percentage `cut` is of `all` samples, if more than [`MIN_SHARE`].
 fn share_worth_saying(cut: u64, all: u64) -> Option<f64> {
     (cut > 0 && cut as f64 >= MIN_SHARE * all as f64).then(|| 100.0 * cut as f64 / all.max(1) as f64)
@@ -148,6 +163,27 @@ mod tests {
         assert_eq!(w.len(), 2);
         assert!(w[0].starts_with("20.0% of stacks were deeper than the sampler could follow"), "{}", w[0]);
         assert!(w[1].starts_with("30.0% of stacks were cut at the depth limit"), "{}", w[1]);
+    }
+
+    #[test]
+    fn warns_when_samples_were_dropped() {
+        let mut p = sample_profile();
+        p.stats.samples_captured = 1000;
+        p.stats.samples_dropped = 5;
+        assert!(dropped_samples(&p).is_empty(), "0.5 % is noise");
+        p.stats.samples_captured = 10;
+        p.stats.samples_dropped = 140;
+        let w = dropped_samples(&p);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("93.3% of the samples taken (140) were dropped"), "{}", w[0]);
+        assert!(w[0].contains("--buffer"), "{}", w[0]);
+    }
+
+    #[test]
+    fn warns_once_about_another_copy_instead_of_unnamed_code() {
+        let mut p = sample_profile();
+        p.stats.js_names_left_to_another_copy = 1;
+        assert_eq!(unnamed_js(&p), vec![ANOTHER_COPY.to_string()]);
     }
 
     #[test]

@@ -117,7 +117,7 @@ export interface ExportOptions {
  *
  * @throws `EINVAL` for an unknown format or option, or an invalid profile.
  */
-export declare function exportProfile(profile: Profile, format: string, options?: ExportOptions): Buffer
+export declare function exportProfile(profile: Profile, format: string, options?: Omit<ExportOptions, 'format'>): Buffer
 
 /**
  * The format a file name implies by its extension: `.machprof`,
@@ -965,7 +965,7 @@ export interface WatchStallsOptions {
    * Called on the watched thread once its loop turns again after a
    * stall, with the {@link Stall}.
    */
-  onStall?: (stall: Stall) => void
+  onStall: (stall: Stall) => void
 }
 
 /** A file {@link processProfileFile} wrote. */

@@ -295,7 +295,8 @@ describe('JS API for files', () => {
 
   test('bad arguments and files are coded errors', () => {
     expectCode(() => ms.exportProfile(profile, 'gif'), 'EINVAL', 'formats are machprof')
-    expectCode(() => ms.exportProfile(profile, 'html', { idle: true }), 'EINVAL', "unknown option 'idle'")
+    expectCode(() => ms.exportProfile(profile, 'html', { idle: true }), 'EINVAL', "unknown option 'idle'; valid options are includeIdle, threadPrefix, compress, view")
+    expectCode(() => ms.exportProfile(profile, 'pprof', { format: 'html' }), 'EINVAL', 'options.format is for saveProfile(); exportProfile() takes the format as its second argument')
     expectCode(() => ms.exportProfile(profile, 'html', { includeIdle: 1 }), 'EINVAL', 'must be a boolean')
     expectCode(() => ms.exportProfile({}, 'html'), 'EINVAL')
     expectCode(() => ms.saveProfile(profile, path.join(dir, 'x.json')), 'EINVAL', 'cannot tell the format')

@@ -197,7 +197,25 @@ describe('no prebuilt addon for the platform', () => {
     const out = JSON.parse(load(`Object.defineProperty(process, 'platform', { value: 'darwin' }); Object.defineProperty(process, 'arch', { value: '${arch}' })`).stdout)
     expect(out.code).toBe('ERR_MACHSAMPLER_UNSUPPORTED_PLATFORM')
     expect(out.message).toContain(`machsampler-darwin-${arch} is missing`)
-    expect(out.message).toContain('npm run build')
+    // Built in a clone (an installed package has no sources), copied beside the loader.
+    expect(out.message).toContain(`in a clone: npm install && npm run build) and copy machsampler.darwin-${arch}.node into ${ROOT}`)
+  })
+
+  test('the command line says so in one line, and --help and --version need no addon', () => {
+    const cli = (args) =>
+      spawnSync(process.execPath, ['-e', `Object.defineProperty(process, 'platform', { value: 'win32' }); require(${JSON.stringify(path.join(ROOT, 'lib', 'cli', 'main.js'))}).main(${JSON.stringify(args)})`], {
+        encoding: 'utf8',
+      })
+    const v = cli(['--version'])
+    expect([v.status, v.stdout.trim(), v.stderr]).toEqual([0, require('../package.json').version, ''])
+    const help = cli(['--help'])
+    expect([help.status, help.stderr]).toEqual([0, ''])
+    expect(help.stdout).toContain('Usage: machsampler <command>')
+    for (const args of [['report', 'x.machprof'], ['record', '-o', 'x.html', '--', process.execPath, '-e', '0']]) {
+      const r = cli(args)
+      expect(r.status).toBe(1)
+      expect(r.stderr).toBe('machsampler: cannot run on win32-x64: Windows is not supported yet (builds exist for linux-x64-gnu, linux-arm64-gnu, darwin-x64, darwin-arm64).\n')
+    }
   })
 })
 

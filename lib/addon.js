@@ -7,6 +7,7 @@
 // The platforms with a platform package, as `<platform>-<arch>[-<libc>]`.
 // `npm test` builds the darwin addons and runs only linux-x64-gnu's; the
 // README's Platforms table says which have run where.
+const path = require('path')
 const { learnFrameLayout } = require('./frame-layout.js')
 
 const BUILT = ['linux-x64-gnu', 'linux-arm64-gnu', 'darwin-x64', 'darwin-arm64']
@@ -27,17 +28,21 @@ function unsupported(key, cause) {
   const why = key.endsWith('-musl')
     ? 'musl libc (Alpine) is not supported yet; use a glibc-based image such as node:22-bookworm-slim'
     : key.startsWith('win32')
-      ? 'Windows is not supported yet'
-      : `there is no build of the addon for it (builds: ${BUILT.join(', ')})`
+      ? `Windows is not supported yet (builds exist for ${BUILT.join(', ')})`
+      : `there is no build of the addon for it (builds exist for ${BUILT.join(', ')})`
+  // A local build is a `.node` file beside binding.js, which an installed
+  // package has no sources to make: it is built in a clone of machsampler.
+  const local = `build it from machsampler's sources with Rust (in a clone: npm install && npm run build) and copy machsampler.${key}.node into ${path.join(__dirname, '..')}`
   const message = known
     ? `machsampler: the native addon for ${key} did not load: the platform package machsampler-${key} is missing ` +
       '(was it installed with --omit=optional or --no-optional?) and there is no local build. ' +
-      'Reinstall with optional dependencies, or build it from source with Rust: npm run build in the machsampler directory.' +
+      `Reinstall with optional dependencies, or ${local}.` +
       (cause ? ` Loader error: ${cause.message.split('\n')[0]}` : '') +
       (key.startsWith('darwin')
         ? " (The macOS addons are built and checked as Mach-O files, but no Mac has run them in this project's CI yet: a report of this error helps.)"
         : '')
-    : `machsampler: cannot run on ${key}: ${why}. Building from source with Rust (npm run build in the machsampler directory) may work; builds exist for ${BUILT.join(', ')}.`
+    : `machsampler: cannot run on ${key}: ${why}.` +
+      (key.startsWith('win32') || key.endsWith('-musl') ? '' : ` It has not been tried there; to try, ${local}.`)
   const err = new Error(message)
   err.code = 'ERR_MACHSAMPLER_UNSUPPORTED_PLATFORM'
   return err

@@ -2,10 +2,16 @@
 // Help texts. The format table comes from the addon, the one place it is
 // kept.
 
-const { api } = require('../addon.js')
-
 function formatsHelp() {
-  const rows = api.formats().map((f) => {
+  // Loaded here, not at the top: --help and --version work without the
+  // addon (a platform without a build gets its reason from the commands).
+  let formats
+  try {
+    formats = require('../addon.js').api.formats()
+  } catch {
+    return 'Formats: listed when the native addon loads.'
+  }
+  const rows = formats.map((f) => {
     const names = [f.name, ...f.aliases].join(', ')
     const left = `${f.extensions.join(', ')} (${names})`
     return `  ${left.padEnd(34)}  ${f.description}`

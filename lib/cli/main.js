@@ -44,6 +44,11 @@ function fail(e) {
     process.stderr.write(`machsampler: ${oneLine(e.message)}\n`)
     return e.exitCode
   }
+  // No addon for this platform: its message says why and what to do.
+  if (e && e.code === 'ERR_MACHSAMPLER_UNSUPPORTED_PLATFORM') {
+    process.stderr.write(`${oneLine(e.message)}\n`)
+    return 1
+  }
   if (process.env.MACHSAMPLER_DEBUG === '1') process.stderr.write(`${e && e.stack}\n`)
   process.stderr.write(`machsampler: internal error: ${oneLine(String((e && e.message) || e))}\n`)
   return 1

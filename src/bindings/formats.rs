@@ -108,7 +108,15 @@ fn export_options(v: Unknown, allow_format: bool) -> JsResult<(Option<Format>, E
                 compress_given = true;
             }
             "view" => opts.view = parse_view(&val, &what)?,
-            _ => return Err(einval(format!("unknown option '{key}'; valid options are {EXPORT_KEYS}"))),
+            "format" => {
+                return Err(einval(
+                    "options.format is for saveProfile(); exportProfile() takes the format as its second argument",
+                ))
+            }
+            _ => {
+                let valid = if allow_format { EXPORT_KEYS } else { EXPORT_KEYS.trim_start_matches("format, ") };
+                return Err(einval(format!("unknown option '{key}'; valid options are {valid}")));
+            }
         }
     }
     Ok((format, opts, compress_given))
@@ -189,7 +197,10 @@ pub struct JsExportOptions {
 /// them frames are named by address.
 ///
 /// @throws `EINVAL` for an unknown format or option, or an invalid profile.
-#[napi(ts_args_type = "profile: Profile, format: string, options?: ExportOptions", ts_return_type = "Buffer")]
+#[napi(
+    ts_args_type = "profile: Profile, format: string, options?: Omit<ExportOptions, 'format'>",
+    ts_return_type = "Buffer"
+)]
 pub fn export_profile<'env>(
     env: &'env Env,
     profile: Unknown,

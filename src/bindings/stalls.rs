@@ -61,7 +61,7 @@ pub struct JsWatchStallsOptions {
     /// Called on the watched thread once its loop turns again after a
     /// stall, with the {@link Stall}.
     #[napi(ts_type = "(stall: Stall) => void")]
-    pub on_stall: Option<()>,
+    pub on_stall: (),
 }
 
 /// A stall of an event loop (see {@link watchStalls}).

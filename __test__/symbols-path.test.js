@@ -257,11 +257,14 @@ describe('Breakpad symbol files from a server on 127.0.0.1', () => {
     // A server that answers, then trickles: too slow, ended.
     srv.state.mode = 'trickle'
     const t1 = Date.now()
-    r = await ms.fetchSymbols(profile, { symbolPath: srv.url, cacheDir, timeoutMs: 300 })
+    try {
+      r = await ms.fetchSymbols(profile, { symbolPath: srv.url, cacheDir, timeoutMs: 300 })
+    } finally {
+      srv.state.mode = 'ok'
+    }
     expect(Date.now() - t1).toBeLessThan(10000)
     expect(r.failed.map((f) => f.reason)).toEqual([expect.stringMatching(/^too slow: \d+ bytes in 300 ms$/)])
     expect(fs.readdirSync(cacheDir, { recursive: true }).filter((f) => f.endsWith('.part'))).toEqual([])
-    srv.state.mode = 'ok'
 
     // Nothing listens there.
     const closed = http.createServer()

@@ -84,7 +84,12 @@ function download(url, file, timeoutMs, redirects = 0) {
         if (lately < floor) fail(new Error(`too slow: ${lately} bytes in ${timeoutMs} ms`))
         lately = 0
       }, timeoutMs)
+      // The first failure is the reason: destroying the response can
+      // report it closed early, from inside res.destroy().
+      let failed = false
       const fail = (e) => {
+        if (failed) return
+        failed = true
         clearInterval(slow)
         res.destroy()
         out.destroy()

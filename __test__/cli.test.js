@@ -614,3 +614,9 @@ describe('record when the profile cannot be written after the run', () => {
     fs.rmSync(cwd, { recursive: true, force: true })
   })
 })
+
+test("report rows: a name's line breaks and control characters are shown as escapes", () => {
+  const { clip, printable } = require('../lib/cli/text')
+  expect(printable(clip('new\nline\r\x1b[31m'))).toBe('new\\nline\\r\\x1b[31m')
+  expect(clip('x'.repeat(300))).toHaveLength(110)
+})

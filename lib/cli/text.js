@@ -29,8 +29,10 @@ function printable(s) {
   })
 }
 
+/** A name on one row: shortened to `max`, its line breaks shown as escapes. */
 function clip(s, max = NAME_MAX) {
-  return s.length > max ? s.slice(0, max - 1) + '…' : s
+  const one = s.replace(/\r/g, '\\r').replace(/\n/g, '\\n')
+  return one.length > max ? one.slice(0, max - 1) + '…' : one
 }
 
 /**
@@ -181,4 +183,4 @@ function overview(summary) {
   ]
 }
 
-module.exports = { printable, overview, functionsTable, pathsTable, threadsTable, threadName, outputLines, costLines, int, ms }
+module.exports = { printable, clip, overview, functionsTable, pathsTable, threadsTable, threadName, outputLines, costLines, int, ms }

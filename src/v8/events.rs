@@ -382,18 +382,19 @@ fn reconcile_current(api: &Api, isolate: *mut Isolate, serial: u32) {
 /// does not wait for the heap walk.
 fn reconcile_current_with(api: &Api, isolate: *mut Isolate, serial: u32, defer_enumeration: bool) {
     let want = wanted();
-    // Another copy of the addon may name this isolate's JavaScript with
-    // the one slot: asked before taking `INSTALLED`, since the question
-    // takes the loader's lock.
-    let is_on = || lock(&INSTALLED).get(&serial).copied().unwrap_or(false);
-    if want && !is_on() && super::other_copies::holder(isolate as usize).is_some() {
-        return;
-    }
-    let mut installed = lock(&INSTALLED);
-    let is_on = installed.get(&serial).copied().unwrap_or(false);
+    // Every caller holds `LIFECYCLE`, so this stays true while `INSTALLED`
+    // is let go below.
+    let is_on = lock(&INSTALLED).get(&serial).copied().unwrap_or(false);
     if want == is_on {
         return;
     }
+    // Another copy of the addon may name this isolate's JavaScript with
+    // the one slot: asked without `INSTALLED` held, since the question
+    // takes the loader's lock.
+    if want && super::other_copies::holder(isolate as usize).is_some() {
+        return;
+    }
+    let mut installed = lock(&INSTALLED);
     if want {
         let t0 = now_ns();
         let cpu0 = thread_cpu_ns();

@@ -453,6 +453,22 @@ describe('report and convert', () => {
       expect(rec.stdout).toBe('')
       expect(rec.stderr).toContain('record cannot write the profile to standard output, which the program shares')
       expect(fs.existsSync(path.join(cwd, '-'))).toBe(false)
+      // So is any name for the command's own standard output or error.
+      const err = h.cli(['record', '-o', '/dev/stderr', '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd })
+      expect(err.status).toBe(2)
+      expect(err.stderr).toContain("record cannot write the profile to /dev/stderr: it is this command's standard error")
+      const redirected = path.join(cwd, 'out.txt')
+      const fd = fs.openSync(redirected, 'w')
+      try {
+        const r = require('child_process').spawnSync(NODE, [h.CLI, 'record', '-o', redirected, '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd, stdio: ['ignore', fd, 'pipe'], encoding: 'utf8' })
+        expect(r.status).toBe(2)
+        expect(r.stderr).toContain("it is this command's standard output")
+      } finally {
+        fs.closeSync(fd)
+      }
+      expect(fs.readFileSync(redirected, 'utf8')).toBe('')
+      // /dev/null is no one's output.
+      expect(h.cli(['record', '-o', '/dev/null', '-f', 'collapsed', '--', NODE, '-e', '1'], { cwd }).status).toBe(0)
     } finally {
       fs.rmSync(cwd, { recursive: true, force: true })
     }

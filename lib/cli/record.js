@@ -60,6 +60,34 @@ const SPEC = {
   checkpoint: { type: 'string' },
 }
 
+/**
+ * Whether `file` is where this command's standard output or error goes
+ * (`/dev/stdout`, `/dev/fd/2`, or the file they are redirected to): the
+ * program inherits both, so the profile would be mixed into its output.
+ * `/dev/null` is no one's output.
+ */
+function sharedWithProgram(file) {
+  let st
+  try {
+    st = fs.statSync(file)
+  } catch {
+    return null
+  }
+  if (st.isCharacterDevice() && st.rdev === fs.statSync('/dev/null', { throwIfNoEntry: false })?.rdev) return null
+  for (const [fd, name] of [
+    [1, 'standard output'],
+    [2, 'standard error'],
+  ]) {
+    try {
+      const o = fs.fstatSync(fd)
+      if (o.dev === st.dev && o.ino === st.ino) return name
+    } catch {
+      // Closed: nothing is shared.
+    }
+  }
+  return null
+}
+
 function timestamp(d = new Date()) {
   const p = (n) => String(n).padStart(2, '0')
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`
@@ -116,6 +144,10 @@ function parseRecordArgs(argv) {
   if (values.output === '-') {
     // The program writes to the same standard output while it runs.
     throw new CliError("record cannot write the profile to standard output, which the program shares; write a file, then 'machsampler convert <file> -o - --format <name>'", USAGE)
+  }
+  const shared = values.output && sharedWithProgram(values.output)
+  if (shared) {
+    throw new CliError(`record cannot write the profile to ${values.output}: it is this command's ${shared}, which the program writes to as well; write another file`, USAGE)
   }
   const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`

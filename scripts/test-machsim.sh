@@ -8,6 +8,10 @@
 # target/machsim/uncovered.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(uname -s)" != Linux ]; then
+  echo "machsim: the simulated Mach is built and run on Linux only" >&2
+  exit 1
+fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
@@ -46,7 +50,11 @@ testbin=$(cargo test --target "$host" --features machsim --lib --no-run --messag
 
 echo "--- machsim: addon with the simulated Mach"
 npx napi build --platform --features "testing machsim" --target-dir "$out" --output-dir "$out" --no-js --dts binding.d.ts
-addon=$PWD/$out/machsampler.linux-x64-gnu.node
+case "$(uname -m)" in
+  x86_64) addon=$PWD/$out/machsampler.linux-x64-gnu.node ;;
+  aarch64) addon=$PWD/$out/machsampler.linux-arm64-gnu.node ;;
+  *) echo "machsim: no addon name for $(uname -m)" >&2; exit 1 ;;
+esac
 
 echo "--- machsim: __test__/darwin.test.js"
 LD_PRELOAD=$addon NAPI_RS_NATIVE_LIBRARY_PATH=$addon MACHSAMPLER_MACHSIM=1 MACHSAMPLER_ALLOC_CHECK=1 \

@@ -5,8 +5,8 @@
 //   npx electron __test__/electron                     # macOS
 //   xvfb-run -a npx electron --no-sandbox __test__/electron   # Linux CI
 //
-// It starts and stops the sampler around busy work (zlib on the main
-// thread), symbolicates, saves the profile as .machprof and .html, loads the
+// It starts and stops the sampler around busy work (zlib and a JavaScript
+// loop on the main thread), symbolicates, saves the profile as .machprof and .html, loads the
 // .machprof back, and checks all of it with the assertions of the Node
 // suites (checks.js). Prints one JSON line and exits 0, or prints the failure
 // and exits 1. No window is opened.
@@ -25,11 +25,22 @@ const BUSY_MS = 1500
 const warnings = []
 process.on('warning', (w) => warnings.push(`${w.code || w.name}: ${w.message}`))
 
+// JavaScript the sampler must name from V8 (when this Electron's V8 is in
+// the accepted ranges).
+function electronSmokeJs(rounds) {
+  let x = 0
+  for (let i = 0; i < rounds; i++) x = (Math.imul(x, 31) + i) | 0
+  return x
+}
+
 function busy(msec) {
   const end = Date.now() + msec
-  const input = Buffer.alloc(1 << 20, 'machsampler electron smoke ')
+  const input = Buffer.alloc(1 << 18, 'machsampler electron smoke ')
   let bytes = 0
-  while (Date.now() < end) bytes += zlib.deflateSync(input).length
+  while (Date.now() < end) {
+    bytes += zlib.deflateSync(input).length
+    bytes += electronSmokeJs(2e6) & 1
+  }
   return bytes
 }
 
@@ -70,10 +81,19 @@ function run() {
     namedNative: named.length,
     someNames: named.slice(0, 8),
     jsFunctions: profile.symbols.functions.kind.filter((k) => k === 'js').length,
-    // MACHSAMPLER_NO_JS_NAMES here means JavaScript frames were not named
-    // from V8 in this Electron (see the README's Electron section).
+    namedSmokeJs: profile.symbols.functions.name.some((n, i) => profile.symbols.functions.kind[i] === 'js' && n.startsWith('electronSmokeJs')),
     warnings,
   }
+}
+
+/**
+ * After the warnings of stop() have been emitted (on the next tick): the
+ * busy JavaScript is named, unless machsampler said that it cannot name
+ * JavaScript from this Electron's V8 (MACHSAMPLER_NO_JS_NAMES).
+ */
+function checkJsNames(result) {
+  if (result.warnings.some((w) => w.startsWith('MACHSAMPLER_NO_JS_NAMES'))) return
+  assert.ok(result.namedSmokeJs, `electronSmokeJs was not named (V8 ${result.v8}, ${result.jsFunctions} JavaScript functions)`)
 }
 
 if (process.platform === 'darwin' && app.dock) app.dock.hide()
@@ -82,13 +102,25 @@ const watchdog = setTimeout(() => {
   app.exit(2)
 }, 120000)
 app.whenReady().then(() => {
-  let status = 0
+  let result
   try {
-    console.log(JSON.stringify(run()))
+    result = run()
   } catch (e) {
     console.error('electron smoke FAILED:', (e && e.stack) || e)
-    status = 1
+    clearTimeout(watchdog)
+    app.exit(1)
+    return
   }
-  clearTimeout(watchdog)
-  app.exit(status)
+  setImmediate(() => {
+    let status = 0
+    try {
+      checkJsNames(result)
+      console.log(JSON.stringify(result))
+    } catch (e) {
+      console.error('electron smoke FAILED:', (e && e.stack) || e, JSON.stringify(result))
+      status = 1
+    }
+    clearTimeout(watchdog)
+    app.exit(status)
+  })
 })

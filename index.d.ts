@@ -77,13 +77,14 @@ export interface StallWatcher {
  * - An exception thrown by `onStall` is an uncaught exception of this thread (at exit, it
  *   is written to stderr instead, so the exit code stays the program's).
  *
- * @throws `EINVAL` for a bad option (the message names the range).
+ * @throws `EINVAL` for a bad option (the message names the range); `ENOENT`, `ENOTDIR`,
+ *   `EACCES` or `EROFS` if `hangDir` is missing, not a directory or not writable.
  */
 export declare function watchStalls(options: WatchStallsOptions): StallWatcher
 
 /** Options of {@link fetchSymbols}: where to look, and how long to wait. */
 export interface FetchSymbolsOptions extends SymbolOptions {
-  /** Timeout of each request (no answer, or no data for this long), ms: 1 to 600000. Default 20000. */
+  /** Timeout of each request (no answer within it, or a body slower than 1 KiB/s over it), ms: 1 to 600000. Default 20000. */
   timeoutMs?: number
 }
 
@@ -110,7 +111,7 @@ export interface FetchSymbolsResult {
  * network; symbolicate() and stop() never do. Resolves even when servers
  * fail, saying what failed.
  *
- * @throws `EINVAL` for a bad profile or option.
+ * The promise rejects with `EINVAL` for a bad profile or option.
  */
 export declare function fetchSymbols(profile: Profile, options?: FetchSymbolsOptions): Promise<FetchSymbolsResult>
 
@@ -142,7 +143,9 @@ export interface Profiled<T> {
  * If `fn` throws or rejects, the sampler is stopped (and the profile saved
  * to `options.output`, if given) and the error is passed on unchanged.
  *
- * @throws `EINVAL` for bad options; `EAGAIN` if the sampler is already running.
+ * @throws `EINVAL` for bad options; `EAGAIN` if the sampler is already running;
+ *   `ENOENT`, `EACCES`, `EISDIR`, `ENOTDIR`, `EROFS` or `ENOSPC` if `options.output`
+ *   cannot be written (checked before `fn` runs).
  */
 export declare function withProfiler<T>(fn: () => Promise<T>, options?: ProfilerOptions): Promise<Profiled<T>>
 export declare function withProfiler<T>(fn: () => T, options?: ProfilerOptions): Profiled<T>
@@ -161,7 +164,8 @@ export interface ProfileFunctionOptions extends ProfilerOptions {
  * for a native `async` function its promise rejects with it, as with any
  * error starting the sampler).
  *
- * @throws `EINVAL` for bad options.
+ * @throws `EINVAL` for bad options; `ENOENT`, `EACCES`, `EISDIR`, `ENOTDIR`, `EROFS` or
+ *   `ENOSPC` if `options.output` cannot be written (checked when wrapping).
  */
 export declare function profile<A extends unknown[], R>(
   fn: (...args: A) => R,

@@ -39,8 +39,6 @@ pub const FLAG_TRUNCATED: u32 = 1;
 pub const FLAG_FOREIGN_STACK: u32 = 2;
 /// Nothing could be copied.
 pub const FLAG_NO_COPY: u32 = 4;
-/// The thread was stopped in a system call (waiting, not running).
-pub const FLAG_IN_SYSCALL: u32 = 8;
 /// The copy ended at the thread's learned stack root (see
 /// `signal::ThreadSlot::root`), below the top of its stack.
 pub const FLAG_TO_ROOT: u32 = 16;
@@ -72,6 +70,8 @@ pub struct RecordData {
     pub sp: u64,
     pub fp: u64,
     pub lr: u64,
+    /// The system call return register (rax, x0).
+    pub ret: u64,
     /// The thread pointer (`pthread_self`) of the stopped thread.
     pub tcb: u64,
     /// Where `stack[0]` was copied from, and how many words were.

@@ -22,9 +22,11 @@ pub mod capture;
 mod check_queue;
 pub mod code;
 pub mod modules;
+mod pkeys;
 pub mod procfs;
 pub mod sched;
 pub mod signal;
+mod syscall_stop;
 pub mod timers;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -39,7 +41,7 @@ use crate::sampler::registry::{ThreadEntry, ThreadName, ThreadRegistry};
 use crate::sampler::unwind::{lesson, record_fingerprint, StackCopy, StackEnd, Unwinder, Unwound};
 use crate::sampler::walker::{Registers, StackBounds};
 
-use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY, FLAG_TO_ROOT, FLAG_TRUNCATED};
+use capture::{Pool, FLAG_FOREIGN_STACK, FLAG_NO_COPY, FLAG_TO_ROOT, FLAG_TRUNCATED};
 use check_queue::CheckQueue;
 use procfs::Maps;
 use signal::Bounds;
@@ -222,6 +224,8 @@ pub struct LinuxBackend {
     cfg: CaptureConfig,
     unwinder: Option<Unwinder>,
     unwound: Unwound,
+    /// Which pcs are system call sites (for samples taken while waiting).
+    syscall_sites: syscall_stop::SyscallSites,
     /// The capture's stack copy, moved here before unwinding: the handler
     /// wrote it on another CPU, and one sequential copy brings it over
     /// faster than the unwinder's chain of dependent reads would.
@@ -331,6 +335,7 @@ impl LinuxBackend {
             cfg: CaptureConfig { max_depth: crate::sampler::options::MAX_STACK_DEPTH_DEFAULT, native_unwinding: true },
             unwinder: None,
             unwound: Unwound::default(),
+            syscall_sites: syscall_stop::SyscallSites::new(std::process::id() as i32),
             stack: Vec::with_capacity(capture::COPY_BYTES / 8),
             words: Vec::with_capacity(256),
             done: Vec::with_capacity(pool.len()),
@@ -386,6 +391,8 @@ impl LinuxBackend {
         }
         self.maps_read_ns = Some(now);
         let maps = Maps::read().ok()?;
+        // Libraries may have come and gone.
+        self.syscall_sites.forget();
         if let Some(u) = self.unwinder.as_mut() {
             for m in code::loaded_code(|start| u.has_module_at(start)) {
                 u.add_module(m);
@@ -699,7 +706,9 @@ impl LinuxBackend {
             copied_bytes: 8 * copy_words as u32,
             delivery_ns: (d.sent_ns != 0).then(|| d.enter_ns.saturating_sub(d.sent_ns)),
             weight: d.overrun.saturating_add(1),
-            off_cpu: d.flags & FLAG_IN_SYSCALL != 0,
+            // V8 emits no system call instructions: JIT code is running.
+            off_cpu: !self.unwinder.as_ref().is_some_and(|u| u.in_jit(d.pc))
+                && self.syscall_sites.stopped_in_syscall(d.pc, d.ret),
             lr: d.lr,
             runtime_frames: runtime,
             tos,
@@ -1322,6 +1331,75 @@ mod capture_tests {
         end: StackEnd,
         weight: u32,
         copied_bytes: u32,
+    }
+
+    /// Wall mode: a thread waiting in a system call is seen waiting (the
+    /// signal finds it back on the instruction, to restart the call), and
+    /// a running one is not, whatever its registers hold.
+    #[test]
+    fn a_thread_waiting_in_a_system_call_is_seen_off_cpu() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = LinuxBackend::new().unwrap();
+        let registry = ThreadRegistry::default();
+        let mut fds = [0i32; 2];
+        // SAFETY: a two-element array for pipe(2).
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (reader, spinner) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, read_end) = (reader.clone(), fds[0]);
+        let waiting = std::thread::spawn(move || {
+            r.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
+            let mut byte = 0u8;
+            // SAFETY: reads one byte into a local; blocks until written.
+            unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+        });
+        let (sp, st) = (spinner.clone(), stop.clone());
+        let running = std::thread::spawn(move || {
+            sp.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
+            let mut x = 0u64;
+            while !st.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
+        });
+        while reader.load(Ordering::SeqCst) == 0 || spinner.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        b.refresh_threads(&registry, true);
+        let mut entries = Vec::new();
+        registry.snapshot(&mut entries);
+        let ids = [reader.load(Ordering::SeqCst), spinner.load(Ordering::SeqCst)];
+        let wanted: Vec<ThreadEntry> = entries.iter().filter(|e| ids.contains(&e.tid)).copied().collect();
+        assert_eq!(wanted.len(), 2);
+        let cfg = CaptureConfig { max_depth: 64, native_unwinding: true };
+        let mut off_cpu: [Vec<bool>; 2] = [Vec::new(), Vec::new()];
+        let mut sink = |c: Capture<'_>| {
+            if let Capture::Stack(s) = c {
+                if let Some(i) = ids.iter().position(|&t| t == s.tid) {
+                    off_cpu[i].push(s.off_cpu);
+                }
+            }
+        };
+        for _ in 0..30 {
+            b.request(&wanted, cfg, &mut sink);
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            b.collect(&mut sink);
+        }
+        b.finish(0, &mut sink);
+        stop.store(true, Ordering::Relaxed);
+        // SAFETY: writes one byte from a static to the pipe.
+        unsafe { libc::write(fds[1], b"q".as_ptr().cast(), 1) };
+        waiting.join().unwrap();
+        running.join().unwrap();
+        // SAFETY: closes the two descriptors pipe(2) gave.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        let [waiting, running] = off_cpu;
+        assert!(waiting.len() >= 20 && running.len() >= 20, "{} and {} captures", waiting.len(), running.len());
+        assert!(waiting.iter().all(|&o| o), "waiting thread seen running: {waiting:?}");
+        assert!(running.iter().all(|&o| !o), "running thread seen waiting: {running:?}");
     }
 
     /// A frame with 16 KiB of locals between two frame records, as libuv's

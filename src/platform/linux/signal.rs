@@ -17,6 +17,11 @@
 //!   process, which stops at the first unreadable page instead of faulting,
 //!   and the sampler validates bounds for the next sample.
 //!
+//! The handler reads no code: code pages may deny it reads (protection
+//! keys, execute-only mappings). V8's `GetStackSample` does read code
+//! objects, and runs with read access to every protection key
+//! (`super::pkeys`).
+//!
 //! Everything here is async-signal-safe: atomics, `clock_gettime` (vDSO),
 //! `pthread_self`, `memcpy`, `process_vm_readv`, `futex`, and V8's
 //! `GetStackSample` (see `crate::v8::sample`). The library is linked with
@@ -32,7 +37,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_IN_SYSCALL, FLAG_NO_COPY};
+use super::capture::{self, Record, RecordData, COPY_BYTES, FLAG_FOREIGN_STACK, FLAG_NO_COPY};
 use super::capture::{FLAG_TO_ROOT, FLAG_TRUNCATED, RUNTIME_FRAMES};
 use crate::sampler::error::{ErrorCode, SamplerError};
 use crate::sampler::stopped_window::StoppedWindow;
@@ -316,51 +321,31 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The registers a capture needs, and whether the thread was stopped in a
-/// system call, from the kernel's `ucontext_t`.
+/// The registers a capture needs, and the system call return register
+/// (rax, x0: whether the thread was stopped in a system call is decided
+/// later from it, see `syscall_stop`), from the kernel's `ucontext_t`. No
+/// memory but the context is read: code pages may be unreadable here.
 ///
 /// # Safety
 /// `uc` must point to the `ucontext_t` the kernel passed to an SA_SIGINFO
 /// handler.
 #[inline]
-unsafe fn registers(uc: *const libc::ucontext_t) -> (Registers, bool) {
+unsafe fn registers(uc: *const libc::ucontext_t) -> (Registers, u64) {
     // SAFETY: per the function contract `uc` is valid for reads.
     let mc = unsafe { &(*uc).uc_mcontext };
     #[cfg(target_arch = "x86_64")]
     {
-        let pc = mc.gregs[libc::REG_RIP as usize] as u64;
-        let ax = mc.gregs[libc::REG_RAX as usize] as u64;
-        // A signal that interrupts a blocking system call leaves either
-        // rax = -EINTR just after the `syscall` instruction (0f 05), or,
-        // to restart it, rax = the call's number and rip back on it. Code
-        // bytes at rip are mapped (the thread was executing there); rip - 2
-        // is read only when it is on the same page.
-        let at = |a: u64| {
-            // SAFETY: see above: `a` is rip, or rip - 2 on rip's page.
-            unsafe { (a as *const u16).read_unaligned() }
-        };
-        let eintr = ax as i64 == -(libc::EINTR as i64) && pc & 0xfff >= 2 && at(pc - 2) == 0x050f;
-        let restart = ax < 512 && pc & 0xfff <= 0xffe && at(pc) == 0x050f;
         let regs = Registers {
-            pc,
+            pc: mc.gregs[libc::REG_RIP as usize] as u64,
             sp: mc.gregs[libc::REG_RSP as usize] as u64,
             fp: mc.gregs[libc::REG_RBP as usize] as u64,
             lr: 0,
         };
-        (regs, eintr || restart)
+        (regs, mc.gregs[libc::REG_RAX as usize] as u64)
     }
     #[cfg(target_arch = "aarch64")]
     {
-        const SVC_0: u32 = 0xd400_0001;
-        let pc = mc.pc;
-        let x0 = mc.regs[0];
-        let at = |a: u64| {
-            // SAFETY: `a` is pc, or pc - 4 on pc's page (see x86_64).
-            unsafe { (a as *const u32).read_unaligned() }
-        };
-        let eintr = x0 as i64 == -(libc::EINTR as i64) && pc & 0xfff >= 4 && at(pc - 4) == SVC_0;
-        let restart = pc & 0xfff <= 0xffc && at(pc) == SVC_0;
-        (Registers { pc, sp: mc.sp, fp: mc.regs[29], lr: mc.regs[30] }, eintr || restart)
+        (Registers { pc: mc.pc, sp: mc.sp, fp: mc.regs[29], lr: mc.regs[30] }, mc.regs[0])
     }
 }
 
@@ -440,7 +425,7 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     // record's only user until it pushes it on the done list.
     let d = unsafe { record.data() };
     // SAFETY: the kernel's ucontext for this signal.
-    let (regs, in_syscall) = unsafe { registers(uc) };
+    let (regs, ret) = unsafe { registers(uc) };
     // SAFETY: pthread_self only reads the thread pointer.
     let tcb = unsafe { libc::pthread_self() } as u64;
     d.slot = index;
@@ -452,7 +437,8 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     d.fp = regs.fp;
     d.lr = regs.lr;
     d.tcb = tcb;
-    d.flags = if in_syscall { FLAG_IN_SYSCALL } else { 0 };
+    d.ret = ret;
+    d.flags = 0;
     d.tail_len = 0;
     d.runtime_len = 0;
     let own_stack = copy_stack(slot, &regs, tcb, d);
@@ -464,6 +450,8 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         // has been learned from it (see `crate::v8::slots`). Only on the
         // thread's own stack, which V8 knows the bounds of.
         if crate::v8::slots::learned().is_none() {
+            // V8 reads its code objects, which may carry a protection key.
+            let _keys = super::pkeys::ReadAllKeys::enter();
             d.runtime_len = crate::v8::sample_js(&regs, &mut d.runtime[..RUNTIME_FRAMES]).count as u32;
         }
     }
@@ -630,6 +618,7 @@ pub fn install() -> Result<i32, SamplerError> {
         return Ok(installed);
     }
     pin_library();
+    super::pkeys::detect();
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
     PID.store(pid, Ordering::Relaxed);

@@ -323,6 +323,7 @@ struct Buffers<'a> {
 /// bound call: atomics, `thread_get_state`, a copy of the stack, the frame
 /// records above a cut copy, and V8's own stack sampler until V8's frame
 /// layout is learned (see `docs/design/getstacksample-when-stopped.md`).
+/// `mask` keeps a pointer's address bits (pointer authentication).
 #[inline(always)]
 fn capture_stopped(
     port: thread_act_t,
@@ -330,13 +331,13 @@ fn capture_stopped(
     depth: usize,
     exits_epoch: usize,
     known: KnownStack,
+    mask: u64,
     out: Buffers<'_>,
 ) -> Stopped {
     if EXITS.may_have_exited(entry.tid, exits_epoch) {
         // It stopped after its exit hook: its stack may already be unmapped.
         return Stopped::Gone;
     }
-    let mask = consts().address_mask;
     let regs = match read_registers(port) {
         Ok(r) => pac::strip_registers(r, mask),
         Err(e) if e.thread_gone() => return Stopped::Gone,
@@ -739,7 +740,7 @@ impl Backend for MachBackend {
             stopped._window.fault_injection_point();
             let stopped_at = now_ticks();
             let out = Buffers { stack: &mut self.stack, tail: &mut self.tail, js: &mut self.js_frames };
-            let outcome = capture_stopped(port, entry, depth, self.exits_epoch, known, out);
+            let outcome = capture_stopped(port, entry, depth, self.exits_epoch, known, self.address_mask, out);
             drop(stopped);
             let t1 = now_ticks();
             let (time_ns, stopped_ns) = (tb.ticks_to_ns(stopped_at), time::elapsed_ns(&tb, t0, t1));

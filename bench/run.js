@@ -77,6 +77,7 @@ async function main() {
     version: 2,
     quick: args.quick,
     date: new Date().toISOString(),
+    commit: tool('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD']),
     machine: {
       hostname: os.hostname(),
       cpus: os.cpus().length,
@@ -112,12 +113,37 @@ async function main() {
   const dir = path.join(__dirname, 'results')
   fs.mkdirSync(dir, { recursive: true })
   const file = path.join(dir, args.quick ? 'quick.json' : 'latest.json')
-  fs.writeFileSync(file + '.tmp', JSON.stringify(results, null, 2) + '\n')
+  const saved = args.only.length ? mergeInto(file, results) : results
+  fs.writeFileSync(file + '.tmp', JSON.stringify(saved, null, 2) + '\n')
   fs.renameSync(file + '.tmp', file)
   fs.rmSync(tmp, { recursive: true, force: true })
   console.log(table(results))
   console.log(`\nresults: ${path.relative(process.cwd(), file)} (${results.elapsedSeconds.toFixed(0)} s)`)
   if (Object.keys(results.errors).length) process.exitCode = 1
+}
+
+/**
+ * An `--only` run replaces its sections in the results file and leaves the
+ * others, noting when and on which commit each was re-run (`rerun`), so a
+ * section re-run after a full run does not discard the full run.
+ */
+function mergeInto(file, results) {
+  let base
+  try {
+    base = JSON.parse(fs.readFileSync(file, 'utf8'))
+  } catch {
+    return results
+  }
+  if (base.quick !== results.quick) return results
+  const commit = tool('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'])
+  base.rerun = base.rerun || {}
+  for (const name of Object.keys(results.sections).concat(Object.keys(results.errors))) {
+    base.sections[name] = results.sections[name]
+    if (results.errors[name]) base.errors[name] = results.errors[name]
+    else delete base.errors[name]
+    base.rerun[name] = { date: results.date, commit, node: results.versions.node }
+  }
+  return base
 }
 
 module.exports = { normalizeName, table, SECTIONS }

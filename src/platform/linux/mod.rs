@@ -335,7 +335,7 @@ impl LinuxBackend {
             cfg: CaptureConfig { max_depth: crate::sampler::options::MAX_STACK_DEPTH_DEFAULT, native_unwinding: true },
             unwinder: None,
             unwound: Unwound::default(),
-            syscall_sites: syscall_stop::SyscallSites::new(std::process::id() as i32),
+            syscall_sites: syscall_stop::SyscallSites::new(signal::can_read_foreign_stacks()),
             stack: Vec::with_capacity(capture::COPY_BYTES / 8),
             words: Vec::with_capacity(256),
             done: Vec::with_capacity(pool.len()),
@@ -1338,20 +1338,40 @@ mod capture_tests {
     /// a running one is not, whatever its registers hold.
     #[test]
     fn a_thread_waiting_in_a_system_call_is_seen_off_cpu() {
+        /// Ends both threads however the test ends.
+        struct Release {
+            stop: Arc<AtomicBool>,
+            fds: [i32; 2],
+        }
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.stop.store(true, Ordering::Relaxed);
+                // SAFETY: writes one byte from a static to the pipe, then
+                // closes the descriptors pipe(2) gave.
+                unsafe {
+                    libc::write(self.fds[1], b"q".as_ptr().cast(), 1);
+                    libc::close(self.fds[1]);
+                }
+            }
+        }
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let mut b = LinuxBackend::new().unwrap();
         let registry = ThreadRegistry::default();
         let mut fds = [0i32; 2];
         // SAFETY: a two-element array for pipe(2).
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        let (reader, spinner) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let stop = Arc::new(AtomicBool::new(false));
+        let release = Release { stop: stop.clone(), fds };
+        let (reader, spinner) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let (r, read_end) = (reader.clone(), fds[0]);
         let waiting = std::thread::spawn(move || {
             r.store(crate::sampler::thread_id::current(), Ordering::SeqCst);
             let mut byte = 0u8;
             // SAFETY: reads one byte into a local; blocks until written.
-            unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+            unsafe {
+                libc::read(read_end, (&mut byte as *mut u8).cast(), 1);
+                libc::close(read_end);
+            }
         });
         let (sp, st) = (spinner.clone(), stop.clone());
         let running = std::thread::spawn(move || {
@@ -1364,39 +1384,45 @@ mod capture_tests {
         while reader.load(Ordering::SeqCst) == 0 || spinner.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let ids = [reader.load(Ordering::SeqCst), spinner.load(Ordering::SeqCst)];
+        // The reader is asleep in read() before the first signal.
+        let asleep = || {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{}/stat", ids[0])).unwrap_or_default();
+            stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('S'))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !asleep() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(asleep(), "the reader never blocked");
         b.refresh_threads(&registry, true);
         let mut entries = Vec::new();
         registry.snapshot(&mut entries);
-        let ids = [reader.load(Ordering::SeqCst), spinner.load(Ordering::SeqCst)];
         let wanted: Vec<ThreadEntry> = entries.iter().filter(|e| ids.contains(&e.tid)).copied().collect();
         assert_eq!(wanted.len(), 2);
         let cfg = CaptureConfig { max_depth: 64, native_unwinding: true };
-        let mut off_cpu: [Vec<bool>; 2] = [Vec::new(), Vec::new()];
+        let off_cpu: std::cell::RefCell<[Vec<bool>; 2]> = Default::default();
         let mut sink = |c: Capture<'_>| {
             if let Capture::Stack(s) = c {
                 if let Some(i) = ids.iter().position(|&t| t == s.tid) {
-                    off_cpu[i].push(s.off_cpu);
+                    off_cpu.borrow_mut()[i].push(s.off_cpu);
                 }
             }
         };
-        for _ in 0..30 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        for _ in 0..200 {
             b.request(&wanted, cfg, &mut sink);
             std::thread::sleep(std::time::Duration::from_millis(3));
             b.collect(&mut sink);
+            if off_cpu.borrow().iter().all(|o| o.len() >= 20) || std::time::Instant::now() > deadline {
+                break;
+            }
         }
         b.finish(0, &mut sink);
-        stop.store(true, Ordering::Relaxed);
-        // SAFETY: writes one byte from a static to the pipe.
-        unsafe { libc::write(fds[1], b"q".as_ptr().cast(), 1) };
+        drop(release);
         waiting.join().unwrap();
         running.join().unwrap();
-        // SAFETY: closes the two descriptors pipe(2) gave.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
-        let [waiting, running] = off_cpu;
+        let [waiting, running] = off_cpu.into_inner();
         assert!(waiting.len() >= 20 && running.len() >= 20, "{} and {} captures", waiting.len(), running.len());
         assert!(waiting.iter().all(|&o| o), "waiting thread seen running: {waiting:?}");
         assert!(running.iter().all(|&o| !o), "running thread seen waiting: {running:?}");

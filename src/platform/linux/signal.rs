@@ -442,6 +442,8 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
     d.tail_len = 0;
     d.runtime_len = 0;
     let own_stack = copy_stack(slot, &regs, tcb, d);
+    // V8's code below reads V8's objects, which may carry a protection key.
+    let keys = super::pkeys::ReadAllKeys::enter();
     // A thread running V8 code that is not registered yet has its isolate
     // registered from here (see `crate::v8::discover`).
     let js_thread = JS_FRAMES.load(Ordering::Acquire) && crate::v8::registered_or_discover(regs.pc);
@@ -450,11 +452,10 @@ unsafe fn handle(info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
         // has been learned from it (see `crate::v8::slots`). Only on the
         // thread's own stack, which V8 knows the bounds of.
         if crate::v8::slots::learned().is_none() {
-            // V8 reads its code objects, which may carry a protection key.
-            let _keys = super::pkeys::ReadAllKeys::enter();
             d.runtime_len = crate::v8::sample_js(&regs, &mut d.runtime[..RUNTIME_FRAMES]).count as u32;
         }
     }
+    drop(keys);
     drop(window);
     d.sent_ns = if code == libc::SI_QUEUE { sent_ns } else { 0 };
     d.exit_ns = monotonic_ns();

@@ -260,3 +260,31 @@ test('formats() lists every format once, with its extensions', () => {
     for (const a of x.aliases) expect(ms.parseFormatName(a)).toBe(x.name)
   }
 })
+
+// The Electron smoke test (__test__/electron, run by CI on real Electron)
+// uses plain assertions mirroring these suites; run it here with a
+// stand-in for Electron's `app`, so its checks keep up with the profile.
+test('the Electron smoke test passes in Node with a stand-in for Electron', () => {
+  const fs = require('fs')
+  const { spawnSync } = require('child_process')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-fake-electron-'))
+  try {
+    fs.mkdirSync(path.join(dir, 'electron'))
+    fs.writeFileSync(
+      path.join(dir, 'electron', 'index.js'),
+      'module.exports = { app: { whenReady: () => Promise.resolve(), exit: (code) => process.exit(code), dock: null } }\n',
+    )
+    const r = spawnSync(process.execPath, [path.join(__dirname, 'electron', 'main.js')], {
+      env: { ...process.env, NODE_PATH: dir },
+      encoding: 'utf8',
+      timeout: 60000,
+    })
+    expect(r.stderr).toBe('')
+    expect(r.status).toBe(0)
+    const result = JSON.parse(r.stdout.trim().split('\n').pop())
+    expect(result.ok).toBe(true)
+    expect(result.namedSmokeJs).toBe(true)
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})

@@ -25,7 +25,10 @@ function perThread(p) {
 /** The shape and accounting of a profile from `stop()` or `loadProfile()`. */
 function checkProfile(p, { intervalMs }) {
   assert.equal(p.version, 1)
-  assert.equal(p.stats.samplesCaptured, p.samples.thread.length)
+  // A row stands for `weight` samples (CPU mode's intervals, idle runs).
+  assert.ok(util.types.isUint32Array(p.samples.weight))
+  assert.equal(p.stats.samplesCaptured, p.samples.weight.reduce((a, w) => a + w, 0))
+  assert.ok(p.samples.thread.length <= p.stats.samplesCaptured)
   assert.equal(p.stats.threadsSampled, p.stats.samplesCaptured + p.stats.samplesDropped)
   assert.ok(util.types.isUint32Array(p.samples.thread))
   assert.ok(util.types.isBigUint64Array(p.samples.timeNs))

@@ -453,22 +453,26 @@ describe('report and convert', () => {
       expect(rec.stdout).toBe('')
       expect(rec.stderr).toContain('record cannot write the profile to standard output, which the program shares')
       expect(fs.existsSync(path.join(cwd, '-'))).toBe(false)
-      // So is any name for the command's own standard output or error.
-      const err = h.cli(['record', '-o', '/dev/stderr', '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd })
-      expect(err.status).toBe(2)
-      expect(err.stderr).toContain("record cannot write the profile to /dev/stderr: it is this command's standard error")
+      // Any other name for the command's own standard output or error is
+      // written to after the program ends, after its output, with a warning.
+      const err = h.cli(['record', '-q', '-o', '/dev/stderr', '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd })
+      expect(err.status).toBe(0)
+      expect(err.stderr).toContain("machsampler: /dev/stderr is this command's standard error: the profile follows the program's own output there")
       const redirected = path.join(cwd, 'out.txt')
       const fd = fs.openSync(redirected, 'w')
       try {
-        const r = require('child_process').spawnSync(NODE, [h.CLI, 'record', '-o', redirected, '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd, stdio: ['ignore', fd, 'pipe'], encoding: 'utf8' })
+        // A file: the profile would replace it and the program's output.
+        const r = require('child_process').spawnSync(NODE, [h.CLI, 'record', '-q', '-o', redirected, '-f', 'collapsed', '--', NODE, '-e', 'console.log("ran")'], { cwd, stdio: ['ignore', fd, 'pipe'], encoding: 'utf8' })
         expect(r.status).toBe(2)
-        expect(r.stderr).toContain("it is this command's standard output")
+        expect(r.stderr).toContain("it is the file this command's standard output goes to, and the program's output there would be lost")
       } finally {
         fs.closeSync(fd)
       }
       expect(fs.readFileSync(redirected, 'utf8')).toBe('')
       // /dev/null is no one's output.
-      expect(h.cli(['record', '-o', '/dev/null', '-f', 'collapsed', '--', NODE, '-e', '1'], { cwd }).status).toBe(0)
+      const toNull = h.cli(['record', '-q', '-o', '/dev/null', '-f', 'collapsed', '--', NODE, '-e', '1'], { cwd })
+      expect(toNull.status).toBe(0)
+      expect(toNull.stderr).not.toContain('follows the program')
     } finally {
       fs.rmSync(cwd, { recursive: true, force: true })
     }

@@ -63,7 +63,8 @@ const SPEC = {
 /**
  * Whether `file` is where this command's standard output or error goes
  * (`/dev/stdout`, `/dev/fd/2`, or the file they are redirected to): the
- * program inherits both, so the profile would be mixed into its output.
+ * program inherits both, so the profile comes after its output there
+ * (`file`: a regular file, which writing the profile would replace).
  * `/dev/null` is no one's output.
  */
 function sharedWithProgram(file) {
@@ -80,7 +81,7 @@ function sharedWithProgram(file) {
   ]) {
     try {
       const o = fs.fstatSync(fd)
-      if (o.dev === st.dev && o.ino === st.ino) return name
+      if (o.dev === st.dev && o.ino === st.ino) return { name, file: st.isFile() }
     } catch {
       // Closed: nothing is shared.
     }
@@ -145,9 +146,11 @@ function parseRecordArgs(argv) {
     // The program writes to the same standard output while it runs.
     throw new CliError("record cannot write the profile to standard output, which the program shares; write a file, then 'machsampler convert <file> -o - --format <name>'", USAGE)
   }
-  const shared = values.output && sharedWithProgram(values.output)
-  if (shared) {
-    throw new CliError(`record cannot write the profile to ${values.output}: it is this command's ${shared}, which the program writes to as well; write another file`, USAGE)
+  const shared = values.output ? sharedWithProgram(values.output) : null
+  if (shared?.file) {
+    // Written atomically, the profile would replace the file and what the
+    // program wrote into it.
+    throw new CliError(`record cannot write the profile to ${values.output}: it is the file this command's ${shared.name} goes to, and the program's output there would be lost; write another file`, USAGE)
   }
   const format = outputFormat(values.output || 'x.html', values.format)
   const output = values.output || `machsampler-${timestamp()}.${extensionOf(format)}`
@@ -171,6 +174,7 @@ function parseRecordArgs(argv) {
     view,
     quiet: values.quiet === true,
     symbols: symbolOptions(values),
+    sharedOutput: shared,
   }
 }
 
@@ -441,6 +445,11 @@ async function record(argv) {
     checkWritable(opts.output)
   } catch (e) {
     throw new CliError(e.message, 1)
+  }
+  if (opts.sharedOutput) {
+    // Written after the program has ended: it follows the program's own
+    // output there, which a reader of the profile must skip.
+    process.stderr.write(`machsampler: ${opts.output} is this command's ${opts.sharedOutput.name}: the profile follows the program's own output there\n`)
   }
   const sessionDir = scratchDir()
   try {

@@ -135,13 +135,12 @@ function mergeInto(file, results) {
     return results
   }
   if (base.quick !== results.quick) return results
-  const commit = tool('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'])
   base.rerun = base.rerun || {}
   for (const name of Object.keys(results.sections).concat(Object.keys(results.errors))) {
     base.sections[name] = results.sections[name]
     if (results.errors[name]) base.errors[name] = results.errors[name]
     else delete base.errors[name]
-    base.rerun[name] = { date: results.date, commit, node: results.versions.node }
+    base.rerun[name] = { date: results.date, commit: results.commit, node: results.versions.node }
   }
   return base
 }

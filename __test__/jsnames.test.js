@@ -93,10 +93,16 @@ function check(node) {
   expect(named.leafInV8Named / named.leafInV8).toBeGreaterThanOrEqual(0.9)
 
   // Ground truth by the clock: the same functions timed one at a time.
+  // Both sides are single measurements on a shared machine: a miss is
+  // measured once more, both sides, and only a second miss fails.
   const FNS = ['mainHotOptimized', 'mainKeptInterpreted']
-  const clock = run(node, [], { timing: true, rounds: 1000 }).shares.main
-  const ours = among(named.shares.main, FNS)
-  for (const fn of FNS) expect([fn, Math.abs(ours[fn] - clock[fn]) <= 0.05]).toEqual([fn, true])
+  const clockMisses = (ours, clock) => FNS.filter((fn) => Math.abs(among(ours.shares.main, FNS)[fn] - clock[fn]) > 0.05)
+  let clock = run(node, [], { timing: true, rounds: 1000 }).shares.main
+  if (clockMisses(named, clock).length > 0) {
+    clock = run(node, [], { timing: true, rounds: 1000 }).shares.main
+    const again = run(node, [], {})
+    expect(clockMisses(again, clock).map((fn) => [fn, among(again.shares.main, FNS)[fn], clock[fn]])).toEqual([])
+  }
 
   // Ground truth from V8's own profiler, where it is one: on some versions
   // (V8 11.3, Node 20) it credits interpreted functions' time to their

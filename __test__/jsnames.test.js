@@ -326,6 +326,37 @@ describeLinux('names from the first samples', () => {
   }, 120000)
 })
 
+// A worker created while sampling registers once it runs JavaScript;
+// code compiled before that (its start-up, its first script) is unknown
+// until the isolate's existing code is enumerated, a walk of its heap
+// (4-7 ms of CPU). Only a thread that still runs such code 100 ms after
+// it was first seen is worth it; its earlier samples are named too.
+describeLinux('workers created while sampling', () => {
+  const FIXTURE = path.join(__dirname, 'fixtures', 'late-workers.js')
+  const run = (node, opts) => {
+    const r = spawnSync(node, [FIXTURE, JSON.stringify(opts)], { encoding: 'utf8', timeout: 60000 })
+    if (r.status !== 0) throw new Error(`late-workers failed (${r.status} ${r.signal}): ${r.stderr}`)
+    return JSON.parse(r.stdout)
+  }
+
+  test.each(MAJORS)('Node %i: a long-lived worker is named from its first samples; short ones are not walked', (major) => {
+    const node = fetchNode(major)
+    // Enumerated once, or not at all where it registered before any of
+    // its code was compiled.
+    const long = run(node, { workers: 1, ms: 600 })
+    expect(long.enumerations).toBeLessThanOrEqual(1)
+    expect(long.threads.length).toBe(1)
+    const [t] = long.threads
+    expect(t.js).toBeGreaterThan(40)
+    expect(t.unnamed / t.js).toBeLessThanOrEqual(0.02)
+    expect(t.loop / t.js).toBeGreaterThanOrEqual(0.9)
+    // Six workers of ~10 ms of JavaScript each: none walked, unless the
+    // machine was so loaded that it lived 100 ms.
+    const short = run(node, { workers: 6, ms: 10 })
+    expect(short.enumerations).toBeLessThanOrEqual(short.long)
+  }, 60000)
+})
+
 /** `machsampler record` of a fixture for 1.5 s: its result and profile. */
 function recordFixture(node, fixture) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'machsampler-fixture-'))

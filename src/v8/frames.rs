@@ -231,9 +231,9 @@ pub struct V8JsFrames {
     learner: slots::Learner,
     merged: Vec<Merged>,
     merger: Merger,
-    /// JS samples checked against the code map, per thread (see
-    /// `check_known`).
-    checked: FxHashMap<u64, u32>,
+    /// Per thread, how its JS samples were checked against the code map
+    /// (see `check_known`).
+    checked: FxHashMap<u64, Checked>,
     modules: ModuleImages,
     /// Every copy of the builtins known, and the binary's own.
     aliases: Vec<CodeRange>,
@@ -245,6 +245,23 @@ pub struct V8JsFrames {
 /// its existing code is enumerated, which a thread created while sampling
 /// skips unless this finds such code.
 const CHECKED_SAMPLES: u32 = 16;
+/// A thread whose samples show unknown code has its existing code
+/// enumerated only if it still runs JavaScript this long after: the
+/// enumeration walks the isolate's heap (~4-7 ms of CPU for a new worker),
+/// more than a short worker costs in all, and too late to name more than
+/// its last samples; a long-lived thread still gets it, and its earlier
+/// samples are named from it (a lookup falls back to the nearest entry in
+/// time).
+const ENUMERATE_AFTER_NS: u64 = 100_000_000;
+
+/// How a thread's JS samples were checked against the code map.
+#[derive(Default)]
+struct Checked {
+    samples: u32,
+    /// When the first sample with an unknown JS frame was taken.
+    first_unknown_ns: Option<u64>,
+    done: bool,
+}
 
 impl V8JsFrames {
     pub fn new() -> Self {
@@ -288,24 +305,34 @@ impl V8JsFrames {
 
 impl V8JsFrames {
     /// For a thread's first JS samples: if one of its JS frames is unknown
-    /// to the code map, asks its isolate to enumerate its existing code
-    /// (once). Skipped when the map is busy; never waits.
-    fn check_known(&mut self, tid: u64) {
-        let n = self.checked.entry(tid).or_insert(0);
-        if *n >= CHECKED_SAMPLES {
+    /// to the code map, and the thread still runs JavaScript
+    /// [`ENUMERATE_AFTER_NS`] later, asks its isolate to enumerate its
+    /// existing code (once). Skipped when
+    /// the map is busy; never waits.
+    fn check_known(&mut self, tid: u64, time_ns: u64) {
+        let c = self.checked.entry(tid).or_default();
+        if c.done {
+            return;
+        }
+        if let Some(first) = c.first_unknown_ns {
+            if time_ns.saturating_sub(first) >= ENUMERATE_AFTER_NS {
+                c.done = true;
+                super::events::request_enumeration(tid);
+            }
+            return;
+        }
+        if c.samples >= CHECKED_SAMPLES {
+            c.done = true;
             return;
         }
         let Some(map) = super::events::try_code_map() else { return };
-        *n += 1;
+        c.samples += 1;
         // Known only if a live entry covers it: a dead one may be another
         // isolate's, disposed of, whose addresses this one now uses (short
         // workers coming and going), and says nothing of this code.
         let live = |addr: u64| map.covering(addr).iter().any(|&(_, died, _)| died == u64::MAX);
-        let unknown = self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if !live(addr)));
-        drop(map);
-        if unknown {
-            *n = CHECKED_SAMPLES;
-            super::events::request_enumeration(tid);
+        if self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if !live(addr))) {
+            c.first_unknown_ns = Some(time_ns);
         }
     }
 }
@@ -528,7 +555,7 @@ impl StackRewrite for V8JsFrames {
         self.merged.clear();
         self.merger.merge(&self.native, walk_end(c.end), &self.js, &classify, &mut self.merged);
         if registered {
-            self.check_known(c.tid);
+            self.check_known(c.tid, c.time_ns);
         }
         for m in &self.merged {
             match *m {

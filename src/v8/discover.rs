@@ -125,12 +125,46 @@ fn futex_wake(word: &AtomicU32) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
 }
 
+/// The modules loaded when discovery started (their whole images), which
+/// hold no code V8 generated except its embedded builtins: a pc there is
+/// answered without reading the isolate. That matters while a thread
+/// disposes of its isolate: V8 keeps it as the thread's current isolate
+/// until after freeing its memory, so reading it then could fault; that
+/// code (V8's teardown, `free`, `munmap`) is all in these modules.
+const NATIVE_IMAGES: usize = 64;
+static NATIVE_IMAGE_COUNT: AtomicUsize = AtomicUsize::new(0);
+static NATIVE_IMAGE_RANGES: [(AtomicU64, AtomicU64); NATIVE_IMAGES] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; NATIVE_IMAGES];
+
+/// Fills [`NATIVE_IMAGE_RANGES`] (before discovery runs, so before any
+/// handler reads them).
+#[cfg(target_os = "linux")]
+fn note_native_images() {
+    let mut n = 0;
+    for m in crate::platform::linux::modules::loaded_modules().iter().filter(|m| m.start < m.end).take(NATIVE_IMAGES) {
+        NATIVE_IMAGE_RANGES[n].0.store(m.start, Ordering::Relaxed);
+        NATIVE_IMAGE_RANGES[n].1.store(m.end, Ordering::Relaxed);
+        n += 1;
+    }
+    NATIVE_IMAGE_COUNT.store(n, Ordering::Release);
+}
+
+fn in_native_image(pc: u64) -> bool {
+    let n = NATIVE_IMAGE_COUNT.load(Ordering::Acquire);
+    NATIVE_IMAGE_RANGES[..n.min(NATIVE_IMAGES)]
+        .iter()
+        .any(|(start, end)| pc >= start.load(Ordering::Relaxed) && pc < end.load(Ordering::Relaxed))
+}
+
 /// True if `pc` is in V8's generated code for `isolate`: the embedded
 /// builtins, or the isolate's code range (which holds JIT code and, from
 /// Node 20 on, the remapped builtins). Async-signal-safe: reads only.
 fn in_generated_code(api: &Api, isolate: *mut Isolate, pc: u64) -> bool {
     if events::embedded_range().is_some_and(|r| r.contains(pc)) {
         return true;
+    }
+    if in_native_image(pc) {
+        return false;
     }
     // SAFETY: the isolate is the calling thread's current one (checked by
     // the caller); GetCodeRange reads two fields fixed at its creation.
@@ -307,6 +341,7 @@ pub fn start() {
         if api.node_get_current_event_loop.is_none() || api.node_add_env_cleanup_hook.is_none() {
             return;
         }
+        note_native_images();
         // Every signal blocked, like the sampler thread: this thread never
         // runs a sampling handler, so it can never wait for itself.
         let spawned = crate::sampler::session::with_signals_blocked(|| {
@@ -417,6 +452,18 @@ mod tests {
 
     /// The asked table is shared: its tests take turns.
     static TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn code_of_loaded_modules_is_answered_without_the_isolate() {
+        note_native_images();
+        // This function's code, and libc's.
+        assert!(in_native_image(code_of_loaded_modules_is_answered_without_the_isolate as *const () as usize as u64));
+        assert!(in_native_image(libc::free as *const () as usize as u64));
+        // Heap memory is in no image (JIT code lives in anonymous memory too).
+        let heap = Box::new(0u64);
+        assert!(!in_native_image(&*heap as *const u64 as u64));
+    }
 
     #[test]
     fn an_isolate_is_asked_once_a_second_eight_times_at_most() {

@@ -107,6 +107,13 @@ pub struct Hit<'a> {
     pub exact: bool,
 }
 
+/// An isolate's entries, live and (until dropped) ended, by (start, seq).
+#[derive(Debug, Default)]
+struct IsolateEntries {
+    keys: Vec<(u64, u64)>,
+    live: usize,
+}
+
 #[derive(Debug)]
 pub struct CodeMap {
     names: Vec<Box<str>>,
@@ -115,6 +122,9 @@ pub struct CodeMap {
     entries: BTreeMap<(u64, u64), Entry>,
     /// Live entries by start: they never overlap.
     live: BTreeMap<u64, u64>,
+    /// The entries of each isolate but 0 (shared code), for retiring an
+    /// isolate without a walk of every live entry.
+    by_isolate: FxHashMap<u32, IsolateEntries>,
     /// Dead entries in the order they died.
     dead: VecDeque<(u64, u64)>,
     /// Entries in the order they were added (some since ended), for
@@ -148,6 +158,7 @@ impl CodeMap {
             name_ids: FxHashMap::default(),
             entries: BTreeMap::new(),
             live: BTreeMap::new(),
+            by_isolate: FxHashMap::default(),
             dead: VecDeque::new(),
             born_order: VecDeque::new(),
             max_len: 0,
@@ -191,6 +202,9 @@ impl CodeMap {
         self.live.remove(&start);
         if let Some(e) = self.entries.get_mut(&(start, seq)) {
             e.died = t.max(e.born);
+            if let Some(mine) = self.by_isolate.get_mut(&e.isolate) {
+                mine.live = mine.live.saturating_sub(1);
+            }
         }
         self.dead.push_back((start, seq));
         while self.dead.len() > self.limits.max_dead {
@@ -229,6 +243,16 @@ impl CodeMap {
         let seq = self.seq;
         self.entries.insert((start, seq), Entry { len: len.max(1), name, kind, isolate, born: t, died: ALIVE });
         self.live.insert(start, seq);
+        if isolate != 0 {
+            let mine = self.by_isolate.entry(isolate).or_default();
+            mine.keys.push((start, seq));
+            mine.live += 1;
+            // Keys of entries since ended are dropped once they are half.
+            if mine.keys.len() > 2 * mine.live + 64 {
+                let live = &self.live;
+                mine.keys.retain(|(s, q)| live.get(s) == Some(q));
+            }
+        }
         self.born_order.push_back((start, seq));
         self.compact_born_order();
         self.max_len = self.max_len.max(len.max(1));
@@ -323,14 +347,11 @@ impl CodeMap {
         if isolate == 0 {
             return;
         }
-        let keys: Vec<(u64, u64)> = self
-            .live
-            .iter()
-            .filter(|(s, seq)| self.entries.get(&(**s, **seq)).is_some_and(|e| e.isolate == isolate))
-            .map(|(s, seq)| (*s, *seq))
-            .collect();
-        for (s, seq) in keys {
-            self.kill(s, seq, t);
+        let Some(mine) = self.by_isolate.remove(&isolate) else { return };
+        for (s, seq) in mine.keys {
+            if self.live.get(&s) == Some(&seq) {
+                self.kill(s, seq, t);
+            }
         }
     }
 
@@ -796,12 +817,22 @@ mod tests {
         m.add(0x1000, 0x10, CodeKind::Jit, "JS:*a /a.js:1:1", 1, 10);
         m.add(0x2000, 0x10, CodeKind::Jit, "JS:*b /b.js:1:1", 2, 10);
         m.add(0x3000, 0x10, CodeKind::Jit, "Builtin:Shared", 0, 10);
+        // Isolate 1's code moved by its GC, and code of isolate 1 replaced
+        // by isolate 2's at the same place.
+        m.add(0x4000, 0x10, CodeKind::Bytecode, "JS:~c /c.js:1:1", 1, 10);
+        m.move_code(0x4000, 0x5000, None, 12);
+        m.add(0x6000, 0x10, CodeKind::Jit, "JS:*d /d.js:1:1", 1, 10);
+        m.add(0x6000, 0x10, CodeKind::Jit, "JS:*e /e.js:1:1", 2, 14);
         m.retire_isolate(1, 20);
         m.retire_isolate(0, 20);
         assert!(m.lookup(0x3000, 30).is_some_and(|h| h.exact));
         assert!(m.lookup(0x1000, 30).is_some_and(|h| !h.exact));
         assert!(m.lookup(0x1000, 15).is_some_and(|h| h.exact && h.isolate == 1));
         assert!(m.lookup(0x2000, 30).is_some_and(|h| h.exact && h.isolate == 2));
+        assert!(m.lookup(0x5000, 30).is_some_and(|h| !h.exact));
+        assert!(m.lookup(0x6000, 30).is_some_and(|h| h.exact && h.isolate == 2));
+        assert!(!m.by_isolate.contains_key(&1));
+        assert_eq!(m.by_isolate[&2].live, 2);
     }
 
     #[test]
@@ -816,6 +847,8 @@ mod tests {
             }
         }
         assert_eq!(m.stats().live, 1);
+        assert_eq!(m.by_isolate[&1].live, 1);
+        assert!(m.by_isolate[&1].keys.len() <= 2 + 64 + 1, "{}", m.by_isolate[&1].keys.len());
         assert!(m.born_order.len() <= 2 + 1024 + 1, "{}", m.born_order.len());
         assert!(m.dead.len() <= Limits::default().max_dead);
     }

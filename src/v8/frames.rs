@@ -307,8 +307,7 @@ impl V8JsFrames {
     /// For a thread's first JS samples: if one of its JS frames is unknown
     /// to the code map, and the thread still runs JavaScript
     /// [`ENUMERATE_AFTER_NS`] later, asks its isolate to enumerate its
-    /// existing code (once). Skipped when
-    /// the map is busy; never waits.
+    /// existing code (once). Skipped when the map is busy; never waits.
     fn check_known(&mut self, tid: u64, time_ns: u64) {
         let c = self.checked.entry(tid).or_default();
         if c.done {

@@ -254,13 +254,14 @@ const CHECKED_SAMPLES: u32 = 16;
 /// time).
 const ENUMERATE_AFTER_NS: u64 = 100_000_000;
 
-/// How a thread's JS samples were checked against the code map.
-#[derive(Default)]
-struct Checked {
-    samples: u32,
-    /// When the first sample with an unknown JS frame was taken.
-    first_unknown_ns: Option<u64>,
-    done: bool,
+/// Where a thread is in `check_known`.
+enum Checked {
+    /// This many of its JS samples were checked, all known.
+    Checking(u32),
+    /// A sample taken at this time had an unknown JS frame.
+    Waiting(u64),
+    /// Enumeration asked for, or none needed.
+    Done,
 }
 
 impl V8JsFrames {
@@ -309,29 +310,26 @@ impl V8JsFrames {
     /// [`ENUMERATE_AFTER_NS`] later, asks its isolate to enumerate its
     /// existing code (once). Skipped when the map is busy; never waits.
     fn check_known(&mut self, tid: u64, time_ns: u64) {
-        let c = self.checked.entry(tid).or_default();
-        if c.done {
-            return;
-        }
-        if let Some(first) = c.first_unknown_ns {
-            if time_ns.saturating_sub(first) >= ENUMERATE_AFTER_NS {
-                c.done = true;
-                super::events::request_enumeration(tid);
+        let state = self.checked.entry(tid).or_insert(Checked::Checking(0));
+        match *state {
+            Checked::Done => {}
+            Checked::Waiting(first) => {
+                if time_ns.saturating_sub(first) >= ENUMERATE_AFTER_NS {
+                    *state = Checked::Done;
+                    super::events::request_enumeration(tid);
+                }
             }
-            return;
-        }
-        if c.samples >= CHECKED_SAMPLES {
-            c.done = true;
-            return;
-        }
-        let Some(map) = super::events::try_code_map() else { return };
-        c.samples += 1;
-        // Known only if a live entry covers it: a dead one may be another
-        // isolate's, disposed of, whose addresses this one now uses (short
-        // workers coming and going), and says nothing of this code.
-        let live = |addr: u64| map.covering(addr).iter().any(|&(_, died, _)| died == u64::MAX);
-        if self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if !live(addr))) {
-            c.first_unknown_ns = Some(time_ns);
+            Checked::Checking(n) if n >= CHECKED_SAMPLES => *state = Checked::Done,
+            Checked::Checking(n) => {
+                let Some(map) = super::events::try_code_map() else { return };
+                // Known only if a live entry covers it: a dead one may be
+                // another isolate's, disposed of, whose addresses this one
+                // now uses (short workers coming and going), and says
+                // nothing of this code.
+                let live = |addr: u64| map.covering(addr).iter().any(|&(_, died, _)| died == u64::MAX);
+                let unknown = self.merged.iter().any(|m| matches!(*m, Merged::Js { addr, .. } if !live(addr)));
+                *state = if unknown { Checked::Waiting(time_ns) } else { Checked::Checking(n + 1) };
+            }
         }
     }
 }

@@ -418,6 +418,45 @@ describeLinux('regular expressions', () => {
   }, 60000)
 })
 
+// WebAssembly: its functions are named from the module's name section, and
+// the wrappers V8 compiles between JavaScript and WebAssembly (code no
+// module holds) by V8's names for them, on every stack through the module.
+describeLinux('WebAssembly', () => {
+  test.each(MAJORS)('Node %i: wasm functions and the wrappers around them are named', (major) => {
+    const { r, p } = recordFixture(fetchNode(major), 'wasm-hot.js')
+    expect(r.status).toBe(0)
+    expect(r.stderr).not.toMatch(/no name/)
+    const { name } = p.symbols.functions
+    const nameOf = (node) => name[p.symbols.frameFunction[p.stacks.frame[node]]]
+    const through = { outer: 0, unnamed: 0, callback: 0 }
+    const bad = new Set()
+    p.samples.stack.forEach((leaf) => {
+      const path = []
+      for (let n = leaf; n >= 0; n = p.stacks.parent[n]) path.unshift(nameOf(n))
+      const i = path.indexOf('outer')
+      if (i < 0) return
+      through.outer++
+      // From the script's top level to the leaf: every frame named.
+      const top = path.findIndex((f) => f.includes('wasm-hot.js'))
+      const unnamed = path.slice(top).filter((f) => /^0x[0-9a-f]+$/.test(f) || /^\(anonymous\) \(wasm/.test(f))
+      if (unnamed.length) {
+        through.unnamed++
+        unnamed.forEach((f) => bad.add(f))
+      }
+      if (path[i + 1] === 'inner_loop' && path.length !== i + 2) bad.add(`${path.slice(i).join(';')} (inner_loop calls nothing)`)
+      if (path.slice(i).some((f) => f.startsWith('jsCallback ('))) through.callback++
+    })
+    // One expectation, so that a failure shows the whole picture.
+    expect({
+      top: selfRows(p)[0][0].replace(/ \(.*/, ''),
+      throughOuter: through.outer / p.samples.stack.length > 0.8,
+      callback: through.callback > 0,
+      unnamed: through.unnamed,
+      frames: [...bad],
+    }).toEqual({ top: expect.stringMatching(/^(inner_loop|jsCallback)$/), throughOuter: true, callback: true, unnamed: 0, frames: [] })
+  }, 60000)
+})
+
 // Functions that optimized code inlined: `machsampler record` has V8 log
 // what it inlined (node only) and splits the frames of calls made from
 // inlined code back out, as V8's own profiler does. The fixture's `mid`,

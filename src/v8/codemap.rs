@@ -561,7 +561,13 @@ pub fn js_location(raw: &str) -> Option<&str> {
 }
 
 /// The function and location of a JS name's `name url:line:col` part.
+/// WebAssembly code (a function or a wrapper) has no location, and its
+/// name may hold colons (`wasm-to-js:i:i-cb-0-turbofan`).
 fn split_function_and_location(rest: &str) -> (&str, &str) {
+    let wasm = without_wasm_tier(rest);
+    if wasm.len() != rest.len() {
+        return (wasm.trim(), "");
+    }
     match split_function_and_url(rest) {
         Some((n, loc)) => (n.trim(), loc.trim()),
         None if looks_like_location(rest) => ("", rest.trim()),
@@ -584,8 +590,6 @@ pub fn parse_js_name(raw: &str) -> JsName {
     let Some((_, marks, rest)) = split_js_name(raw) else { return other(raw) };
     let tier = marks.chars().find(|c| *c != '\'');
     let (function, location) = split_function_and_location(rest);
-    // WebAssembly code comes as JavaScript functions without a location.
-    let function = if location.is_empty() { without_wasm_tier(function) } else { function };
     // A script's top level (`Script:` events) is `(anonymous)` too, as in
     // V8's own profiles: an ES module's body resumed after a top-level
     // await is a `JS:` function at the same place, and both are one row.
@@ -596,14 +600,15 @@ pub fn parse_js_name(raw: &str) -> JsName {
 
 /// A WebAssembly function's name without the index and compiler tier V8
 /// appends (`wasm-function[717]-717-liftoff`, `…-717-turbofan`), so a
-/// function is one row whichever tier ran it, as in `--cpu-prof`.
+/// function is one row whichever tier ran it, as in `--cpu-prof`. Code
+/// shared by a module (an import wrapper) has `<anonymous>` for an index,
+/// and a wrapper no compiler tier (`wasm-to-js-<anonymous>-none`).
 fn without_wasm_tier(raw: &str) -> &str {
-    const TIERS: [&str; 4] = ["-liftoff", "-turbofan", "-liftoff-debug", "-turbofan-debug"];
+    const TIERS: [&str; 5] = ["-liftoff", "-turbofan", "-liftoff-debug", "-turbofan-debug", "-none"];
     let Some(rest) = TIERS.iter().find_map(|t| raw.strip_suffix(t)) else { return raw };
+    let is_index = |i: &str| i == "<anonymous>" || (!i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
     match rest.rsplit_once('-') {
-        Some((name, index)) if !name.is_empty() && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
-            name
-        }
+        Some((name, index)) if !name.is_empty() && is_index(index) => name,
         _ => raw,
     }
 }
@@ -661,6 +666,17 @@ mod tests {
         // Not a tier after an index: left as it is.
         assert_eq!(parse_js_name("my-liftoff").display, "my-liftoff");
         assert_eq!(parse_js_name("-3-liftoff").display, "-3-liftoff");
+        // Wrappers between WebAssembly and JavaScript, as V8 10-14 name them:
+        // the signature and import name hold colons, but no location.
+        for (raw, display) in [
+            ("JS:wasm-to-js:i:i-cb-0-turbofan", "wasm-to-js:i:i-cb"),
+            ("Function:wasm-to-js:ii:i-0-turbofan", "wasm-to-js:ii:i"),
+            ("JS:wasm-to-js-<anonymous>-none", "wasm-to-js"),
+        ] {
+            let js = parse_js_name(raw);
+            assert_eq!((js.display.as_str(), js.location.as_str()), (display, ""), "{raw}");
+            assert_eq!(js_location(raw), Some(""), "{raw}");
+        }
     }
 
     #[test]

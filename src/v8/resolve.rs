@@ -89,9 +89,16 @@ fn is_own_wrapper(raw: &str) -> bool {
 /// natively, from the binary).
 fn renamed(names: &mut Names, addr: u64, raw: Option<&str>) -> u64 {
     match raw {
-        Some(raw) if super::codemap::is_js_name(raw) || raw.starts_with("RegExp:") => names.tag(raw),
+        Some(raw) if super::codemap::is_js_name(raw) || is_runtime_code(raw) => names.tag(raw),
         _ => addr,
     }
+}
+
+/// Code V8 generates at run time that is not a JS function: compiled
+/// regular expressions and stubs (the wrappers between JavaScript and
+/// WebAssembly). No module holds it, so only V8's name can name it.
+fn is_runtime_code(raw: &str) -> bool {
+    raw.starts_with("RegExp:") || raw.starts_with("Stub:")
 }
 
 fn fate(map: &CodeMap, names: &mut Names, addr: u64, window: (u64, u64)) -> Fate {
@@ -399,16 +406,19 @@ mod tests {
         map.add(0x3000, 0x100, CodeKind::Jit, "Builtin:Foo", 0, 0);
         // A compiled regular expression, called from the builtin.
         map.add(0x5000, 0x100, CodeKind::Jit, "RegExp:^a+b$", 1, 0);
+        // A wrapper V8 generated, called from fib.
+        map.add(0x6000, 0x100, CodeKind::Jit, "Stub:js-to-wasm:i:i", 1, 0);
         // The same function at another tier: one name.
         map.add(0x4000, 0x100, CodeKind::Bytecode, "JS:~fib /a.js:1:1", 1, 0);
-        // Frames: native, fib, reused, builtin, fib's bytecode, regexp.
-        let mut frames = vec![0x9000, 0x1010, 0x2010, 0x3010, 0x4010, 0x5010];
+        // Frames: native, fib, reused, builtin, fib's bytecode, regexp, stub.
+        let mut frames = vec![0x9000, 0x1010, 0x2010, 0x3010, 0x4010, 0x5010, 0x6010];
         // Stacks: 0 = [native], 1 = native<-fib, 2 = native<-reused,
-        // 3 = native<-builtin<-fib bytecode, 5 = native<-builtin<-regexp
-        let mut stack_frame = vec![0, 1, 2, 3, 4, 5];
-        let mut stack_parent = vec![-1, 0, 0, 0, 3, 3];
-        let mut samples = vec![1, 2, 2, 4, 5];
-        let times = [10, 20, 60, 70, 80];
+        // 3 = native<-builtin<-fib bytecode, 5 = native<-builtin<-regexp,
+        // 6 = native<-fib<-stub
+        let mut stack_frame = vec![0, 1, 2, 3, 4, 5, 6];
+        let mut stack_parent = vec![-1, 0, 0, 0, 3, 3, 1];
+        let mut samples = vec![1, 2, 2, 4, 5, 6];
+        let times = [10, 20, 60, 70, 80, 90];
         let mut names = Vec::new();
         let cols =
             StackColumns { frame_address: &mut frames, stack_frame: &mut stack_frame, stack_parent: &mut stack_parent };
@@ -420,6 +430,7 @@ mod tests {
             vec![
                 "JS:*fib /a.js:1:1".to_string(),
                 "RegExp:^a+b$".into(),
+                "Stub:js-to-wasm:i:i".into(),
                 "JS:*a /a.js:5:1".into(),
                 "JS:*b /a.js:9:1".into()
             ]
@@ -433,12 +444,13 @@ mod tests {
             frames[stack_frame[n as usize] as usize]
         };
         assert_eq!(leaf(0), TAGGED_FRAME);
-        assert_eq!(leaf(1), TAGGED_FRAME | 2, "a at t=20");
-        assert_eq!(leaf(2), TAGGED_FRAME | 3, "b at t=60");
+        assert_eq!(leaf(1), TAGGED_FRAME | 3, "a at t=20");
+        assert_eq!(leaf(2), TAGGED_FRAME | 4, "b at t=60");
         assert_eq!(leaf(3), TAGGED_FRAME, "fib's bytecode is fib");
         assert_eq!(leaf(4), TAGGED_FRAME | 1, "the regular expression is named");
+        assert_eq!(leaf(5), TAGGED_FRAME | 2, "the wrapper is named: no module holds it");
         assert_eq!(frames[stack_frame[stack_parent[samples[3] as usize] as usize] as usize], 0x3010, "builtins stay");
-        for s in 0..5 {
+        for s in 0..6 {
             assert_eq!(root(s), 0x9000);
         }
         // Tagged frames are unique.

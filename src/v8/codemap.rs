@@ -120,16 +120,15 @@ pub struct CodeMap {
     name_ids: FxHashMap<Box<str>, u32>,
     /// Every entry, live and dead, by (start, sequence).
     entries: BTreeMap<(u64, u64), Entry>,
-    /// Live entries by start: they never overlap.
-    live: BTreeMap<u64, u64>,
+    /// Live entries by start, each with its sequence number and a copy of
+    /// its entry (adding code and looking up live code then need no second
+    /// search in `entries`): they never overlap.
+    live: BTreeMap<u64, (u64, Entry)>,
     /// The entries of each isolate but 0 (shared code), for retiring an
     /// isolate without a walk of every live entry.
     by_isolate: FxHashMap<u32, IsolateEntries>,
     /// Dead entries in the order they died.
     dead: VecDeque<(u64, u64)>,
-    /// Entries in the order they were added (some since ended), for
-    /// evicting the oldest when the live cap is reached.
-    born_order: VecDeque<(u64, u64)>,
     max_len: u64,
     seq: u64,
     limits: Limits,
@@ -160,7 +159,6 @@ impl CodeMap {
             live: BTreeMap::new(),
             by_isolate: FxHashMap::default(),
             dead: VecDeque::new(),
-            born_order: VecDeque::new(),
             max_len: 0,
             seq: 0,
             limits,
@@ -215,34 +213,58 @@ impl CodeMap {
         }
     }
 
-    /// Live entries overlapping `[start, end)`, as (start, seq).
-    fn live_overlapping(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+    /// The sequence number of the live entry starting at `start`.
+    fn live_seq(&self, start: u64) -> Option<u64> {
+        self.live.get(&start).map(|&(seq, _)| seq)
+    }
+
+    /// Live entries overlapping `[start, end)`, as (start, seq, entry), in
+    /// address order. One search: live entries do not overlap, so walking
+    /// down from `end`, every entry starting at or above `start` overlaps,
+    /// and of those below it only the first may reach in.
+    fn live_overlapping(&self, start: u64, end: u64) -> Vec<(u64, u64, Entry)> {
         let mut out = Vec::new();
-        // The one live entry starting at or below `start` may reach in.
-        if let Some((&s, &seq)) = self.live.range(..=start).next_back() {
-            if let Some(e) = self.entries.get(&(s, seq)) {
-                if s.saturating_add(e.len) > start {
-                    out.push((s, seq));
-                }
+        for (&s, &(seq, e)) in self.live.range(..end).rev() {
+            if s >= start || s.saturating_add(e.len) > start {
+                out.push((s, seq, e));
+            }
+            if s <= start {
+                break;
             }
         }
-        for (&s, &seq) in self.live.range(start.saturating_add(1)..end) {
-            out.push((s, seq));
-        }
+        out.reverse();
         out
     }
 
     fn insert(&mut self, start: u64, len: u64, kind: CodeKind, name: u32, isolate: u32, t: u64) {
         let end = start.saturating_add(len.max(1));
-        for (s, seq) in self.live_overlapping(start, end) {
+        let overlapping = self.live_overlapping(start, end);
+        self.insert_over(&overlapping, start, len, kind, name, isolate, t);
+    }
+
+    /// Inserts an entry, ending the live ones it overlaps (`overlapping`,
+    /// from [`Self::live_overlapping`]).
+    #[allow(clippy::too_many_arguments)]
+    fn insert_over(
+        &mut self,
+        overlapping: &[(u64, u64, Entry)],
+        start: u64,
+        len: u64,
+        kind: CodeKind,
+        name: u32,
+        isolate: u32,
+        t: u64,
+    ) {
+        for &(s, seq, _) in overlapping {
             self.kill(s, seq, t);
             self.stats.evicted += 1;
         }
         self.seq += 1;
         self.generation = next_generation();
         let seq = self.seq;
-        self.entries.insert((start, seq), Entry { len: len.max(1), name, kind, isolate, born: t, died: ALIVE });
-        self.live.insert(start, seq);
+        let entry = Entry { len: len.max(1), name, kind, isolate, born: t, died: ALIVE };
+        self.entries.insert((start, seq), entry);
+        self.live.insert(start, (seq, entry));
         if isolate != 0 {
             let mine = self.by_isolate.entry(isolate).or_default();
             mine.keys.push((start, seq));
@@ -250,11 +272,9 @@ impl CodeMap {
             // Keys of entries since ended are dropped once they are half.
             if mine.keys.len() > 2 * mine.live + 64 {
                 let live = &self.live;
-                mine.keys.retain(|(s, q)| live.get(s) == Some(q));
+                mine.keys.retain(|(s, q)| live.get(s).map(|l| l.0) == Some(*q));
             }
         }
-        self.born_order.push_back((start, seq));
-        self.compact_born_order();
         self.max_len = self.max_len.max(len.max(1));
     }
 
@@ -272,17 +292,16 @@ impl CodeMap {
             return;
         };
         self.stats.added += 1;
+        let overlapping = self.live_overlapping(start, start.saturating_add(len.max(1)));
         // The same code reported again (each install re-enumerates existing
         // code): keep the entry, with its older birth time.
-        if let Some(&seq) = self.live.get(&start) {
-            if let Some(e) = self.entries.get(&(start, seq)) {
-                if e.len == len.max(1) && e.name == name && e.kind == kind && e.isolate == isolate {
-                    self.stats.repeated += 1;
-                    return;
-                }
+        if let [(s, _, e)] = overlapping[..] {
+            if s == start && e.len == len.max(1) && e.name == name && e.kind == kind && e.isolate == isolate {
+                self.stats.repeated += 1;
+                return;
             }
         }
-        self.insert(start, len, kind, name, isolate, t);
+        self.insert_over(&overlapping, start, len, kind, name, isolate, t);
     }
 
     /// Makes room at the live cap. V8 does not report code that dies, so
@@ -290,30 +309,27 @@ impl CodeMap {
     /// heavy churn (eval, short-lived functions) they pile up. The oldest
     /// eighth is ended: such an entry still names its samples (a lookup
     /// falls back to the nearest entry in time) until it is forgotten.
+    /// Oldest means first added: the smallest sequence numbers. Found by a
+    /// pass over the live entries (rare: once per eighth of the cap), so
+    /// adding code keeps no queue of its own.
     fn age_out(&mut self, t: u64) {
-        let target = self.live.len() - (self.live.len() / 8).max(1);
-        while self.live.len() > target {
-            let Some((start, seq)) = self.born_order.pop_front() else { break };
-            if self.live.get(&start) == Some(&seq) {
-                self.kill(start, seq, t);
-                self.stats.aged_out += 1;
-            }
+        let n = (self.live.len() / 8).max(1);
+        let mut oldest: Vec<(u64, u64)> = self.live.iter().map(|(&start, &(seq, _))| (seq, start)).collect();
+        if n < oldest.len() {
+            oldest.select_nth_unstable(n);
+            oldest.truncate(n);
         }
-    }
-
-    /// Drops keys of entries that ended (amortized: at most half are kept
-    /// stale, so the queue stays within twice the live count).
-    fn compact_born_order(&mut self) {
-        if self.born_order.len() > 2 * self.live.len() + 1024 {
-            let live = &self.live;
-            self.born_order.retain(|(s, q)| live.get(s) == Some(q));
+        oldest.sort_unstable();
+        for (seq, start) in oldest {
+            self.kill(start, seq, t);
+            self.stats.aged_out += 1;
         }
     }
 
     /// `CODE_MOVED`: the code at `from` now lives at `to` (with length
     /// `len`, if V8 reported one).
     pub fn move_code(&mut self, from: u64, to: u64, len: Option<u64>, t: u64) {
-        let Some(&seq) = self.live.get(&from) else {
+        let Some(seq) = self.live_seq(from) else {
             self.stats.unknown += 1;
             return;
         };
@@ -331,7 +347,7 @@ impl CodeMap {
 
     /// `CODE_REMOVED`: the code at `start` is gone.
     pub fn remove(&mut self, start: u64, t: u64) {
-        match self.live.get(&start).copied() {
+        match self.live_seq(start) {
             Some(seq) => {
                 self.stats.removed += 1;
                 self.kill(start, seq, t);
@@ -349,7 +365,7 @@ impl CodeMap {
         }
         let Some(mine) = self.by_isolate.remove(&isolate) else { return };
         for (s, seq) in mine.keys {
-            if self.live.get(&s) == Some(&seq) {
+            if self.live_seq(s) == Some(seq) {
                 self.kill(s, seq, t);
             }
         }
@@ -440,8 +456,7 @@ impl CodeMap {
     pub fn live_in(&self, start: u64, end: u64) -> Vec<(u64, u64, &str)> {
         self.live
             .range(start..end)
-            .filter_map(|(&s, &seq)| self.entries.get(&(s, seq)).map(|e| (s, e.len, e.name)))
-            .map(|(s, len, name)| (s, len, self.names.get(name as usize).map_or("", |n| n)))
+            .map(|(&s, &(_, e))| (s, e.len, self.names.get(e.name as usize).map_or("", |n| n)))
             .collect()
     }
 
@@ -471,11 +486,9 @@ impl CodeMap {
 
     fn lookup_exactly(&self, addr: u64, t: u64) -> Option<Hit<'_>> {
         // Fast path: the live entry, if it was already born.
-        if let Some((&s, &seq)) = self.live.range(..=addr).next_back() {
-            if let Some(e) = self.entries.get(&(s, seq)) {
-                if addr - s < e.len && e.born <= t {
-                    return Some(self.hit(s, e, true));
-                }
+        if let Some((&s, &(_, e))) = self.live.range(..=addr).next_back() {
+            if addr - s < e.len && e.born <= t {
+                return Some(self.hit(s, &e, true));
             }
         }
         let mut best: Option<(u64, u64, &Entry)> = None; // (distance, start, entry)
@@ -865,7 +878,6 @@ mod tests {
         assert_eq!(m.stats().live, 1);
         assert_eq!(m.by_isolate[&1].live, 1);
         assert!(m.by_isolate[&1].keys.len() <= 2 + 64 + 1, "{}", m.by_isolate[&1].keys.len());
-        assert!(m.born_order.len() <= 2 + 1024 + 1, "{}", m.born_order.len());
         assert!(m.dead.len() <= Limits::default().max_dead);
     }
 

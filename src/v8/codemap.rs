@@ -685,6 +685,15 @@ mod tests {
             ("JS:wasm-to-js:i:i-cb-0-turbofan", "wasm-to-js:i:i-cb"),
             ("Function:wasm-to-js:ii:i-0-turbofan", "wasm-to-js:ii:i"),
             ("JS:wasm-to-js-<anonymous>-none", "wasm-to-js"),
+            // Names from the name section of Rust and C++ modules.
+            (
+                "JS:<alloc::vec::Vec<T> as core::ops::drop::Drop>::drop-45-turbofan",
+                "<alloc::vec::Vec<T> as core::ops::drop::Drop>::drop",
+            ),
+            (
+                "JS:std::string::append(char const*, unsigned long)-77-liftoff",
+                "std::string::append(char const*, unsigned long)",
+            ),
         ] {
             let js = parse_js_name(raw);
             assert_eq!((js.display.as_str(), js.location.as_str()), (display, ""), "{raw}");
